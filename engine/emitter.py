@@ -1,0 +1,175 @@
+"""Outbound events: built as the SDK's own models, fenced by epoch, bounded.
+
+Every server event is an instance of the official SDK's pydantic model for its type
+(`openai.types.realtime`), so the wire shape is the SDK's by construction.
+
+The outbox sits between the session (and its response tasks) and the connection's
+writer task. It is bounded: producers of output (audio deltas) wait when it is full,
+which throttles generation to what the client reads. Control events (errors,
+terminal events, VAD events) never wait: a reserve above the limit keeps room for
+them, and a client that lets even the reserve fill is not reading at all.
+
+Output carries the epoch of the response that produced it. The writer checks it
+when it takes an event off the queue, so output queued before a cancel or barge-in
+is dropped before the wire, however deep the queue was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, get_args
+
+from openai import BaseModel as SdkModel
+
+E = TypeVar("E", bound=SdkModel)
+
+
+class OutboxOverflow(Exception):
+    """The client stopped reading: even the control reserve is full."""
+
+
+@dataclass(frozen=True)
+class OutEvent:
+    text: str
+    type: str
+    epoch: int | None = None  # None: control event, never dropped
+    item_id: str | None = None  # for audio deltas: the item whose audio is counted
+    samples: int = 0  # audio samples this event carries
+
+
+class Ids:
+    """Ids shaped like OpenAI's (`event_…`, `item_…`, `resp_…`): a random
+    per-session prefix and a counter, cheap on the hot path."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(6).hex()
+        self._n = itertools.count(1)
+
+    def new(self, kind: str) -> str:
+        return f"{kind}_{self._prefix}{next(self._n):06d}"
+
+
+def _type_of(cls: type[SdkModel]) -> str:
+    (value,) = get_args(cls.model_fields["type"].annotation)
+    return str(value)
+
+
+_TYPES: dict[type[SdkModel], str] = {}
+
+
+def build(cls: type[E], event_id: str, **fields: Any) -> E:
+    """An SDK event model with its `type` filled in (and validated by pydantic)."""
+    kind = _TYPES.get(cls)
+    if kind is None:
+        kind = _TYPES[cls] = _type_of(cls)
+    return cls(type=kind, event_id=event_id, **fields)
+
+
+class Outbox:
+    def __init__(self, limit: int = 256, reserve: int = 64) -> None:
+        self._queue: deque[OutEvent] = deque()
+        self._limit = limit
+        self._reserve = reserve
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closed = False
+        self.current_epoch: Callable[[], int] = lambda: 0
+        # Audio samples per item that reached the writer (the sent ledger).
+        self.sent_samples: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def _push(self, event: OutEvent) -> None:
+        self._queue.append(event)
+        self._readable.set()
+        if len(self._queue) >= self._limit:
+            self._writable.clear()
+
+    async def put(self, event: OutEvent) -> None:
+        """Queue output, waiting while the queue is at its limit."""
+        while len(self._queue) >= self._limit and not self._closed:
+            await self._writable.wait()
+        if not self._closed:
+            self._push(event)
+
+    def put_control(self, event: OutEvent) -> None:
+        if self._closed:
+            return
+        if len(self._queue) >= self._limit + self._reserve:
+            raise OutboxOverflow(f"{len(self._queue)} events unread")
+        self._push(event)
+
+    def _is_stale(self, event: OutEvent) -> bool:
+        return event.epoch is not None and event.epoch != self.current_epoch()
+
+    def drop_stale(self) -> int:
+        """Free the room held by output of an old epoch (the writer would skip it)."""
+        before = len(self._queue)
+        self._queue = deque(e for e in self._queue if not self._is_stale(e))
+        self._after_take()
+        return before - len(self._queue)
+
+    def _after_take(self) -> None:
+        if len(self._queue) < self._limit:
+            self._writable.set()
+        if not self._queue:
+            self._readable.clear()
+
+    async def get(self) -> OutEvent | None:
+        """The next event to send, or None once closed and drained."""
+        while True:
+            while not self._queue:
+                if self._closed:
+                    return None
+                await self._readable.wait()
+            event = self._queue.popleft()
+            self._after_take()
+            if self._is_stale(event):
+                continue
+            if event.item_id is not None:
+                self.sent_samples[event.item_id] = (
+                    self.sent_samples.get(event.item_id, 0) + event.samples
+                )
+            return event
+
+    def close(self) -> None:
+        self._closed = True
+        self._readable.set()
+        self._writable.set()
+
+
+class Emitter:
+    """Builds events, assigns event ids, and queues them with their epoch."""
+
+    def __init__(self, outbox: Outbox, ids: Ids) -> None:
+        self.outbox = outbox
+        self.ids = ids
+
+    def _event(self, cls: type[E], fields: dict[str, Any]) -> tuple[E, str]:
+        event = build(cls, self.ids.new("event"), **fields)
+        return event, event.model_dump_json(exclude_unset=True)
+
+    def control(self, cls: type[SdkModel], **fields: Any) -> None:
+        _, text = self._event(cls, fields)
+        self.outbox.put_control(OutEvent(text, _TYPES[cls]))
+
+    async def output(
+        self,
+        cls: type[SdkModel],
+        epoch: int,
+        *,
+        counts_for: str | None = None,
+        samples: int = 0,
+        **fields: Any,
+    ) -> None:
+        """Queue output of `epoch`; `samples` of audio are counted for the item
+        `counts_for` when the writer sends it."""
+        _, text = self._event(cls, fields)
+        await self.outbox.put(OutEvent(text, _TYPES[cls], epoch, counts_for, samples))

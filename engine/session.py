@@ -1,0 +1,792 @@
+"""One realtime session: a single task that owns all of its state.
+
+Client events and the results of the session's own background tasks arrive in one
+mailbox and are handled one at a time by `run()`, so no state is ever written by
+two tasks. Slow work runs elsewhere and reports back:
+
+- append tasks (engine/appends.py) prepare committed turns for the model, in wire
+  order;
+- the response task streams one response's chunks to the outbox and reports when
+  the stream ends.
+
+Cancellation is an epoch fence: bump the epoch first, then abort the model request,
+then emit exactly one `response.done`. Output of an older epoch is dropped before
+the wire (engine/emitter.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from openai.types.realtime import (
+    ConversationCreatedEvent,
+    ConversationItemAdded,
+    ConversationItemDone,
+    ConversationItemTruncatedEvent,
+    InputAudioBufferClearedEvent,
+    InputAudioBufferCommittedEvent,
+    InputAudioBufferSpeechStartedEvent,
+    InputAudioBufferSpeechStoppedEvent,
+    RealtimeErrorEvent,
+    ResponseAudioDeltaEvent,
+    ResponseAudioDoneEvent,
+    ResponseAudioTranscriptDeltaEvent,
+    ResponseAudioTranscriptDoneEvent,
+    ResponseContentPartAddedEvent,
+    ResponseContentPartDoneEvent,
+    ResponseCreatedEvent,
+    ResponseDoneEvent,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseTextDeltaEvent,
+    ResponseTextDoneEvent,
+    SessionCreatedEvent,
+    SessionUpdatedEvent,
+)
+
+from engine.appends import AppendChain, AppendChainBroken, AppendRecord
+from engine.conversation import Conversation, Item, TranscriptMark, transcript_at
+from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
+from engine.gates import (
+    BargeIn,
+    GateSnapshot,
+    RequestSnapshot,
+    ResponseRequestAction,
+    SpeechStartSnapshot,
+    decide_barge_in,
+    decide_response_request,
+    response_gate_open,
+)
+from engine.input_buffer import InputBuffer
+from engine.session_config import PCM_RATE, SessionConfig, apply_update, to_wire
+from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
+from engine.vad import VadBackend, VadStream
+from models.base import Executor, OutputChunk, Prompt, PromptItem
+from server import protocol as p
+
+log = logging.getLogger(__name__)
+
+CancelReason = Literal["turn_detected", "client_cancelled"]
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_buffer_ms: int = 15 * 60 * 1000  # uncommitted input audio
+    min_commit_ms: int = 100  # as OpenAI: a manual commit needs this much audio
+    abort_timeout_s: float = 0.5  # bounded wait for the model to acknowledge an abort
+    vad_offload_samples: int = PCM_RATE  # appends longer than this run VAD in a thread
+    mailbox_slots: int = 64  # client events queued before the reader waits
+    outbox_limit: int = 256
+    outbox_reserve: int = 64
+
+
+# --- mailbox messages from the session's own tasks ----------------------------------
+
+
+@dataclass(frozen=True)
+class AppendFinished:
+    record: AppendRecord
+    error: BaseException | None
+
+
+@dataclass(frozen=True)
+class ResponseFinished:
+    response: ActiveResponse
+    error: BaseException | None
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A client frame that did not parse, reported in wire order."""
+
+    error: p.ProtocolError
+
+
+@dataclass(frozen=True)
+class _Close:
+    pass
+
+
+Message = p.ClientEvent | Reject | AppendFinished | ResponseFinished | _Close
+
+
+@dataclass(frozen=True)
+class ResponseRequest:
+    from_client: bool
+    event_id: str | None = None
+    instructions: str | None = None
+    modalities: tuple[Literal["text", "audio"], ...] | None = None
+    metadata: dict[str, str] | None = None
+    max_output_tokens: int | Literal["inf"] | None = None
+
+
+@dataclass
+class ActiveResponse:
+    """A response from `response.created` to its `response.done`. Its stream buffers
+    are written only by its response task; the session reads them once fenced."""
+
+    id: str
+    item_id: str
+    epoch: int
+    modalities: tuple[Literal["text", "audio"], ...]
+    request: ResponseRequest
+    max_output_tokens: int | Literal["inf"]
+    task: asyncio.Task[None] | None = None
+    audio: list[np.ndarray] = field(default_factory=list)
+    samples: int = 0
+    transcript: str = ""
+    marks: list[TranscriptMark] = field(default_factory=list)
+    finalized: bool = False
+    after_append: int = 0  # the model waits for appends up to this sequence number
+    inputs: tuple[AppendRecord, ...] = ()  # those appends, to see whether one failed
+
+    @property
+    def audio_out(self) -> bool:
+        return "audio" in self.modalities
+
+
+class Session:
+    def __init__(
+        self,
+        executor: Executor,
+        vad_backend: VadBackend,
+        *,
+        model: str,
+        limits: EngineLimits | None = None,
+    ) -> None:
+        self.limits = limits or EngineLimits()
+        self.executor = executor
+        self.ids = Ids()
+        self.session_id = self.ids.new("sess")
+        self.config = SessionConfig(model=model)
+        self.outbox = Outbox(self.limits.outbox_limit, self.limits.outbox_reserve)
+        self.outbox.current_epoch = lambda: self.epoch
+        self.emit = Emitter(self.outbox, self.ids)
+        self.conversation = Conversation(self.ids.new("conv"))
+        self.buffer = InputBuffer(PCM_RATE)
+        self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
+        self.detector: TurnDetector | None = self._new_detector()
+        self.appends = AppendChain(
+            notify=lambda record, error: self._post(AppendFinished(record, error))
+        )
+        self.epoch = 0
+        self.active: ActiveResponse | None = None
+        # A server_vad turn committed during a response waits here for it to end.
+        self.deferred: ResponseRequest | None = None
+        self._busy = False
+        self.closed = False
+        self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
+        self._assistant_spoke = False
+        self._mailbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._slots = asyncio.Semaphore(self.limits.mailbox_slots)
+
+    # --- the mailbox ----------------------------------------------------------------
+
+    async def submit(self, event: p.ClientEvent | p.ProtocolError) -> None:
+        """Queue a client event (or its parse error); waits while the mailbox is full,
+        which stops the reader and so pushes back on the client without losing data."""
+        await self._slots.acquire()
+        self._mailbox.put_nowait(Reject(event) if isinstance(event, p.ProtocolError) else event)
+
+    def _post(self, message: Message) -> None:
+        self._mailbox.put_nowait(message)
+
+    def close(self) -> None:
+        self._post(_Close())
+
+    def idle(self) -> bool:
+        """Nothing queued or running (for tests and graceful shutdown)."""
+        return (
+            self._mailbox.empty()
+            and not self._busy
+            and self.active is None
+            and self.deferred is None
+            and all(r.task.done() for r in self.appends.tracked())
+        )
+
+    async def run(self) -> None:
+        self.emit.control(SessionCreatedEvent, session=to_wire(self.config))
+        self.emit.control(
+            ConversationCreatedEvent,
+            conversation={"id": self.conversation.id, "object": "realtime.conversation"},
+        )
+        try:
+            while True:
+                message = await self._mailbox.get()
+                if isinstance(message, _Close):
+                    break
+                self._busy = True
+                try:
+                    await self._dispatch(message)
+                    self._start_deferred()
+                finally:
+                    self._busy = False
+        except OutboxOverflow:
+            log.warning("session %s: client is not reading; closing", self.session_id)
+            raise
+        finally:
+            await self._shutdown()
+
+    async def _dispatch(self, message: Message) -> None:
+        is_client = not isinstance(message, AppendFinished | ResponseFinished)
+        try:
+            await self._handle(message)
+        except p.ProtocolError as exc:
+            self._error(exc)
+        except OutboxOverflow:
+            raise
+        except Exception:
+            # A bug must not end the session: report it and carry on.
+            log.exception("session %s: error handling %s", self.session_id, type(message))
+            self._error(
+                p.ProtocolError(
+                    "internal_error",
+                    "The server failed to handle this event.",
+                    event_id=getattr(message, "event_id", None),
+                    type="server_error",
+                )
+            )
+        finally:
+            if is_client:
+                self._slots.release()
+
+    async def _handle(self, m: Message) -> None:
+        match m:
+            case p.InputAudioBufferAppend():
+                await self._on_append(m)
+            case p.InputAudioBufferCommit():
+                self._on_commit(m)
+            case p.InputAudioBufferClear():
+                self._on_clear()
+            case p.SessionUpdate():
+                self._on_session_update(m)
+            case p.ResponseCreate():
+                self._on_response_create(m)
+            case p.ResponseCancel():
+                await self._on_response_cancel(m)
+            case p.ConversationItemTruncate():
+                await self._on_truncate(m)
+            case Reject():
+                self._error(m.error)
+            case AppendFinished():
+                self._on_append_finished(m)
+            case ResponseFinished():
+                self._on_response_finished(m)
+
+    def _error(self, exc: p.ProtocolError) -> None:
+        self.emit.control(
+            RealtimeErrorEvent,
+            error={
+                "type": exc.type,
+                "code": exc.code,
+                "message": exc.message,
+                "param": exc.param,
+                "event_id": exc.event_id,
+            },
+        )
+
+    # --- input audio ------------------------------------------------------------------
+
+    def _new_detector(self) -> TurnDetector | None:
+        params = self.config.turn_detection
+        if params is None:
+            return None
+        detector = TurnDetector(params)
+        detector.reset(self.buffer.pos_to_ms(self.buffer.end))
+        return detector
+
+    async def _on_append(self, event: p.InputAudioBufferAppend) -> None:
+        pcm = np.frombuffer(event.pcm, dtype="<i2")
+        cap = self.buffer.ms_to_pos(self.limits.max_buffer_ms)
+        if self.detector is None and len(self.buffer) + len(pcm) > cap:
+            raise p.ProtocolError(
+                "input_audio_buffer_full",
+                f"The input audio buffer holds at most {self.limits.max_buffer_ms} ms; "
+                "commit or clear it first.",
+                event_id=event.event_id,
+            )
+        self.buffer.append(pcm)
+        if self.detector is None:
+            return
+        if len(pcm) > self.limits.vad_offload_samples:
+            frames = await asyncio.to_thread(self.vad.process, pcm)
+        else:
+            frames = self.vad.process(pcm)
+        for turn_event in self.detector.feed(frames):
+            await self._on_turn_event(turn_event)
+        if self.detector is None:  # the VAD turned itself off? (never today)
+            return
+        if not self.detector.in_speech:
+            # Idle: keep only what a future turn's prefix padding can reach.
+            keep_ms = (
+                self.config.turn_detection.prefix_padding_ms if self.config.turn_detection else 0
+            )
+            self.buffer.discard_before(self.buffer.end - self.buffer.ms_to_pos(keep_ms + 500))
+        elif len(self.buffer) > cap:
+            stop = self.detector.force_stop(self.buffer.pos_to_ms(self.buffer.end))
+            if stop is not None:
+                await self._on_turn_event(stop)
+
+    async def _on_turn_event(self, event: TurnEvent) -> None:
+        params = self.config.turn_detection
+        assert params is not None
+        if isinstance(event, SpeechStarted):
+            item_id = self.ids.new("item")
+            start = self.buffer.ms_to_pos(event.audio_start_ms)
+            self._speech = (item_id, start)
+            self.buffer.discard_before(start)
+            self.emit.control(
+                InputAudioBufferSpeechStartedEvent,
+                audio_start_ms=event.audio_start_ms,
+                item_id=item_id,
+            )
+            action = decide_barge_in(
+                SpeechStartSnapshot(
+                    params.interrupt_response, self.active is not None, self.deferred is not None
+                )
+            )
+            if action is not BargeIn.NONE:
+                # The user talks again: a deferred answer to an earlier turn is moot.
+                self.deferred = None
+            if action is BargeIn.CANCEL_ACTIVE:
+                await self._cancel_active("turn_detected")
+        elif isinstance(event, SpeechStopped):
+            item_id, start = self._speech or (self.ids.new("item"), self.buffer.start)
+            self._speech = None
+            self.emit.control(
+                InputAudioBufferSpeechStoppedEvent, audio_end_ms=event.audio_end_ms, item_id=item_id
+            )
+            self._commit(item_id, start, self.buffer.ms_to_pos(event.audio_end_ms))
+            if params.create_response:
+                self._request_response(ResponseRequest(from_client=False))
+
+    def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
+        have_ms = self.buffer.pos_to_ms(len(self.buffer))
+        if have_ms < self.limits.min_commit_ms:
+            raise p.ProtocolError(
+                "input_audio_buffer_commit_empty",
+                f"Error committing input audio buffer: expected at least "
+                f"{self.limits.min_commit_ms}ms of audio, but the buffer has {have_ms}ms.",
+                event_id=event.event_id,
+            )
+        item_id = self._speech[0] if self._speech else self.ids.new("item")
+        self._speech = None
+        self._reset_turn_detection()
+        self._commit(item_id, self.buffer.start, self.buffer.end)
+
+    def _commit(self, item_id: str, begin: int, end: int) -> None:
+        """Move [begin, end) of the input buffer into a user item and hand it to the
+        model. Audio after `end` stays in the buffer for the next turn."""
+        audio = self.buffer.take(begin, end)
+        item = Item(id=item_id, role="user", audio=audio, rate=PCM_RATE)
+        previous = self.conversation.append(item)
+        self.emit.control(
+            InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous
+        )
+        self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
+        self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
+        prompt_item = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
+        # Closing a committed turn makes this append response-bound: no response may
+        # start before the model has the turn.
+        self.appends.submit(
+            lambda: self.executor.prepare(prompt_item),
+            epoch=self.epoch,
+            response_bound=True,
+            label=item_id,
+        )
+
+    def _on_clear(self) -> None:
+        self.buffer.clear()
+        self._speech = None
+        self._reset_turn_detection()
+        self.emit.control(InputAudioBufferClearedEvent)
+
+    def _reset_turn_detection(self) -> None:
+        if self.detector is not None:
+            self.vad.reset()
+            self.detector.reset(self.buffer.pos_to_ms(self.buffer.end))
+
+    def _on_append_finished(self, message: AppendFinished) -> None:
+        error = message.error
+        if error is None or isinstance(error, asyncio.CancelledError | AppendChainBroken):
+            return  # a broken chain was reported at its first failure
+        # A response waiting on this turn fails by itself (see `_await_gate`).
+        self._error(
+            p.ProtocolError(
+                "input_failed",
+                f"The model could not take input item {message.record.label}: {error}",
+                type="server_error",
+            )
+        )
+
+    # --- session configuration ----------------------------------------------------------
+
+    def _on_session_update(self, event: p.SessionUpdate) -> None:
+        old = self.config
+        self.config = apply_update(
+            old, event.session, audio_started=self._assistant_spoke, event_id=event.event_id
+        )
+        if self.config.turn_detection != old.turn_detection:
+            self._speech = None
+            self.vad.reset()
+            self.detector = self._new_detector()
+        self.emit.control(SessionUpdatedEvent, session=to_wire(self.config))
+
+    # --- responses ------------------------------------------------------------------------
+
+    def _request_response(self, request: ResponseRequest) -> None:
+        action = decide_response_request(
+            RequestSnapshot(self.active is not None, request.from_client)
+        )
+        if action is ResponseRequestAction.REJECT:
+            raise p.ProtocolError(
+                "conversation_already_has_active_response",
+                "Conversation already has an active response in progress.",
+                event_id=request.event_id,
+            )
+        if action is ResponseRequestAction.START:
+            self._start_response(request)
+        elif self.deferred is None:
+            self.deferred = request
+
+    def _on_response_create(self, event: p.ResponseCreate) -> None:
+        r = event.response
+        if r is not None and r.conversation not in (None, "auto"):
+            raise p.ProtocolError(
+                "unsupported_parameter",
+                "Out-of-band responses (conversation: 'none') are not supported yet.",
+                "response.conversation",
+                event.event_id,
+            )
+        modalities = None
+        if r is not None and (r.output_modalities or r.modalities):
+            modalities = tuple(r.output_modalities or r.modalities or ())
+        self._request_response(
+            ResponseRequest(
+                from_client=True,
+                event_id=event.event_id,
+                instructions=r.instructions if r else None,
+                modalities=modalities,
+                metadata=r.metadata if r else None,
+                max_output_tokens=r.max_output_tokens if r else None,
+            )
+        )
+
+    def _start_deferred(self) -> None:
+        if self.deferred is not None and self.active is None and not self.closed:
+            request, self.deferred = self.deferred, None
+            self._start_response(request)
+
+    def _prompt(self, resp: ActiveResponse) -> Prompt:
+        """The conversation as it stood when `resp` was announced: every item before
+        its own (turns committed during it belong to a later response)."""
+        items: list[PromptItem] = []
+        for i in self.conversation.items:
+            if i.id == resp.item_id:
+                break
+            text = i.text if i.text is not None else (i.transcript or None)
+            audio = i.audio if i.role == "user" else None
+            items.append(PromptItem(i.id, i.role, audio=audio, rate=i.rate, text=text))
+        request = resp.request
+        limit = resp.max_output_tokens
+        return Prompt(
+            request_id=resp.id,
+            instructions=request.instructions
+            if request.instructions is not None
+            else self.config.instructions,
+            items=tuple(items),
+            output_modalities=resp.modalities,
+            max_output_tokens=None if limit == "inf" else int(limit),
+        )
+
+    def _response_wire(
+        self,
+        resp: ActiveResponse,
+        status: str,
+        details: dict[str, Any] | None = None,
+        output: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "id": resp.id,
+            "object": "realtime.response",
+            "status": status,
+            "status_details": details,
+            "output": output or [],
+            "conversation_id": self.conversation.id,
+            "output_modalities": list(resp.modalities),
+            "max_output_tokens": resp.max_output_tokens,
+            "metadata": resp.request.metadata,
+        }
+        if resp.audio_out:
+            wire["audio"] = {
+                "output": {
+                    "format": {"type": "audio/pcm", "rate": PCM_RATE},
+                    "voice": self.config.voice,
+                }
+            }
+        return wire
+
+    def _new_response(self, request: ResponseRequest) -> ActiveResponse:
+        return ActiveResponse(
+            id=self.ids.new("resp"),
+            item_id=self.ids.new("item"),
+            epoch=self.epoch,
+            modalities=request.modalities or self.config.output_modalities,
+            request=request,
+            max_output_tokens=request.max_output_tokens or self.config.max_output_tokens,
+        )
+
+    def _start_response(self, request: ResponseRequest) -> None:
+        """Announce a response; its task starts the model once the gate opens."""
+        resp = self._new_response(request)
+        resp.after_append = self.appends.last_seq
+        resp.inputs = tuple(self.appends.tracked())
+        item = Item(id=resp.item_id, role="assistant", status="in_progress")
+        if not resp.audio_out:
+            item.text = ""
+        previous = self.conversation.append(item)
+        self.active = resp
+        self.emit.control(ResponseCreatedEvent, response=self._response_wire(resp, "in_progress"))
+        common = {"response_id": resp.id, "output_index": 0}
+        self.emit.control(ResponseOutputItemAddedEvent, item=item.wire(), **common)
+        self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
+        self.emit.control(
+            ResponseContentPartAddedEvent,
+            item_id=item.id,
+            content_index=0,
+            part={"type": "audio", "transcript": ""}
+            if resp.audio_out
+            else {"type": "text", "text": ""},
+            **common,
+        )
+        resp.task = asyncio.get_running_loop().create_task(
+            self._run_response(resp), name=f"response:{resp.id}"
+        )
+
+    async def _await_gate(self, resp: ActiveResponse) -> None:
+        """Wait until every response-bound append submitted before `resp` was
+        announced has finished, reading liveness from the tasks themselves."""
+        while True:
+            snapshot = GateSnapshot(False, self.appends.snapshot(up_to_seq=resp.after_append))
+            if response_gate_open(snapshot):
+                break
+            running = [
+                r.task
+                for r in self.appends.tracked()
+                if r.seq <= resp.after_append and r.response_bound and not r.task.done()
+            ]
+            await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        for record in resp.inputs:
+            task = record.task
+            if not task.cancelled() and task.exception() is not None:
+                raise RuntimeError(f"input item {record.label} could not be prepared")
+
+    async def _run_response(self, resp: ActiveResponse) -> None:
+        error: BaseException | None = None
+        try:
+            await self._await_gate(resp)
+            if resp.epoch != self.epoch:
+                return
+            prompt = self._prompt(resp)
+            async for chunk in self.executor.generate(prompt):
+                if resp.epoch != self.epoch:
+                    return  # fenced: a cancel owns the ending now
+                await self._emit_chunk(resp, chunk)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("session %s: response %s failed", self.session_id, resp.id)
+            error = exc
+        if resp.epoch == self.epoch:
+            self._post(ResponseFinished(resp, error))
+
+    async def _emit_chunk(self, resp: ActiveResponse, chunk: OutputChunk) -> None:
+        if chunk.text:
+            resp.transcript += chunk.text
+            delta = ResponseAudioTranscriptDeltaEvent if resp.audio_out else ResponseTextDeltaEvent
+            await self.emit.output(
+                delta,
+                resp.epoch,
+                response_id=resp.id,
+                item_id=resp.item_id,
+                output_index=0,
+                content_index=0,
+                delta=chunk.text,
+            )
+        if chunk.audio is None or not len(chunk.audio) or not resp.audio_out:
+            return
+        if resp.epoch != self.epoch:
+            return
+        pcm = chunk.audio.astype("<i2", copy=False)
+        resp.audio.append(pcm)
+        resp.samples += len(pcm)
+        resp.marks.append(TranscriptMark(resp.samples, len(resp.transcript)))
+        await self.emit.output(
+            ResponseAudioDeltaEvent,
+            resp.epoch,
+            counts_for=resp.item_id,
+            samples=len(pcm),
+            response_id=resp.id,
+            item_id=resp.item_id,
+            output_index=0,
+            content_index=0,
+            delta=base64.b64encode(pcm.tobytes()).decode("ascii"),
+        )
+
+    def _on_response_finished(self, message: ResponseFinished) -> None:
+        resp = message.response
+        if resp is not self.active or resp.finalized:
+            return  # already ended by a cancel
+        if message.error is not None:
+            details = {
+                "type": "failed",
+                "error": {
+                    "type": "server_error",
+                    "code": "model_error",
+                    "message": str(message.error),
+                },
+            }
+            self._finalize(resp, "failed", details)
+        else:
+            self._finalize(resp, "completed", None)
+
+    async def _cancel_active(self, reason: CancelReason) -> None:
+        resp = self.active
+        assert resp is not None
+        self.epoch += 1  # 1. fence: nothing of the old epoch reaches the wire now
+        self.outbox.drop_stale()
+        await self._abort(resp)  # 2. stop the model
+        if resp.task is not None:
+            resp.task.cancel()
+        # 3. exactly one terminal event
+        self._finalize(resp, "cancelled", {"type": "cancelled", "reason": reason})
+
+    async def _abort(self, resp: ActiveResponse) -> None:
+        try:
+            await asyncio.wait_for(self.executor.abort(resp.id), self.limits.abort_timeout_s)
+        except TimeoutError:
+            log.warning("session %s: abort of %s timed out", self.session_id, resp.id)
+        except Exception:
+            log.exception("session %s: abort of %s failed", self.session_id, resp.id)
+
+    def _finalize(self, resp: ActiveResponse, status: str, details: dict[str, Any] | None) -> None:
+        """End a response: settle its item to what the client received, then emit the
+        closing events and the one `response.done`."""
+        resp.finalized = True
+        self.active = None
+        item = self.conversation.get(resp.item_id)
+        assert item is not None
+        if status == "cancelled":
+            # Only audio that reached the writer was heard; the rest was dropped.
+            kept = min(resp.samples, self.outbox.sent_samples.get(resp.item_id, 0))
+        else:
+            kept = resp.samples
+        marks = [m for m in resp.marks if m.samples <= kept]
+        if resp.audio_out:
+            audio = np.concatenate(resp.audio)[:kept] if resp.audio else np.zeros(0, np.int16)
+            item.audio = audio
+            item.transcript = (
+                transcript_at(resp.transcript, resp.marks, kept)
+                if status == "cancelled"
+                else resp.transcript
+            )
+            item.marks = marks
+            self._assistant_spoke = self._assistant_spoke or kept > 0
+        else:
+            item.text = resp.transcript
+        item.status = "completed" if status == "completed" else "incomplete"
+        ids = {"response_id": resp.id, "item_id": item.id, "output_index": 0, "content_index": 0}
+        if resp.audio_out:
+            self.emit.control(ResponseAudioDoneEvent, **ids)
+            self.emit.control(ResponseAudioTranscriptDoneEvent, transcript=item.transcript, **ids)
+            part = {"type": "audio", "transcript": item.transcript}
+        else:
+            self.emit.control(ResponseTextDoneEvent, text=item.text or "", **ids)
+            part = {"type": "text", "text": item.text or ""}
+        self.emit.control(ResponseContentPartDoneEvent, part=part, **ids)
+        wire = item.wire()
+        self.emit.control(
+            ResponseOutputItemDoneEvent, response_id=resp.id, output_index=0, item=wire
+        )
+        previous = self._previous_id(item.id)
+        self.emit.control(ConversationItemDone, item=wire, previous_item_id=previous)
+        self.emit.control(
+            ResponseDoneEvent, response=self._response_wire(resp, status, details, [wire])
+        )
+
+    def _previous_id(self, item_id: str) -> str | None:
+        ids = [i.id for i in self.conversation.items]
+        index = ids.index(item_id)
+        return ids[index - 1] if index else None
+
+    async def _on_response_cancel(self, event: p.ResponseCancel) -> None:
+        wanted = event.response_id
+        if self.active is not None and wanted in (None, self.active.id):
+            self.deferred = None
+            await self._cancel_active("client_cancelled")
+        else:
+            what = f"response '{wanted}'" if wanted else "a response"
+            raise p.ProtocolError(
+                "response_cancel_not_active",
+                f"Cancellation failed: there is no active {what} to cancel.",
+                "response_id" if wanted else None,
+                event.event_id,
+            )
+
+    async def _on_truncate(self, event: p.ConversationItemTruncate) -> None:
+        item = self.conversation.get(event.item_id)
+        if item is None:
+            raise p.ProtocolError(
+                "item_not_found",
+                f"Item '{event.item_id}' does not exist.",
+                "item_id",
+                event.event_id,
+            )
+        if item.role != "assistant" or item.text is not None:
+            raise p.ProtocolError(
+                "invalid_value",
+                "Only assistant audio items can be truncated.",
+                "item_id",
+                event.event_id,
+            )
+        if event.content_index != 0:
+            raise p.ProtocolError(
+                "invalid_value",
+                "The item has one content part: use content_index 0.",
+                "content_index",
+                event.event_id,
+            )
+        if self.active is not None and self.active.item_id == item.id:
+            # The client stopped playing the response being generated: the rest of it
+            # would never be heard.
+            await self._cancel_active("client_cancelled")
+        sent = self.outbox.sent_samples.get(item.id, 0)
+        available = min(sent, 0 if item.audio is None else len(item.audio))
+        end_ms = self.conversation.truncate(item, event.audio_end_ms, available)
+        self.emit.control(
+            ConversationItemTruncatedEvent,
+            item_id=item.id,
+            content_index=0,
+            audio_end_ms=end_ms,
+        )
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        """The connection is gone: stop the model and every task, bounded."""
+        self.closed = True
+        self.deferred = None
+        if self.active is not None:
+            resp, self.active = self.active, None
+            self.epoch += 1
+            await self._abort(resp)
+            if resp.task is not None:
+                resp.task.cancel()
+                await asyncio.wait([resp.task], timeout=self.limits.abort_timeout_s)
+        await self.appends.cancel_all(self.limits.abort_timeout_s)
+        self.outbox.close()

@@ -1,0 +1,164 @@
+"""A session's effective configuration and how `session.update` patches it.
+
+The patch arrives in either GA (nested `audio.input...`) or beta (flat) shape; both
+are folded into one immutable `SessionConfig`. `apply_update` is pure: it returns a
+new config or raises ProtocolError naming the offending `param`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from engine.turns import ServerVadParams
+from server.protocol import AudioFormatIn, ProtocolError, SessionIn, TurnDetectionIn
+
+Modality = Literal["text", "audio"]
+PCM_RATE = 24_000
+DEFAULT_VAD = ServerVadParams()
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    model: str
+    instructions: str = ""
+    output_modalities: tuple[Modality, ...] = ("audio",)
+    voice: str = "alloy"
+    turn_detection: ServerVadParams | None = DEFAULT_VAD
+    max_output_tokens: int | Literal["inf"] = "inf"
+
+
+def apply_update(
+    config: SessionConfig, patch: SessionIn, *, audio_started: bool, event_id: str | None = None
+) -> SessionConfig:
+    """Merge a partial `session` object into `config` (fields absent stay as they are)."""
+
+    def fail(code: str, message: str, param: str) -> ProtocolError:
+        return ProtocolError(code, message, param, event_id)
+
+    sent = patch.model_fields_set
+    changes: dict[str, Any] = {}
+    if "model" in sent and patch.model not in (None, config.model):
+        raise fail("invalid_value", "The session's model cannot be changed.", "session.model")
+    if "instructions" in sent:
+        changes["instructions"] = patch.instructions or ""
+    modalities = patch.output_modalities if "output_modalities" in sent else patch.modalities
+    if modalities is not None:
+        if len(modalities) != 1:
+            raise fail(
+                "invalid_value",
+                "output_modalities must be exactly one of ['audio'] or ['text'].",
+                "session.output_modalities",
+            )
+        changes["output_modalities"] = tuple(modalities)
+    if "max_output_tokens" in sent or "max_response_output_tokens" in sent:
+        value = (
+            patch.max_output_tokens
+            if "max_output_tokens" in sent
+            else patch.max_response_output_tokens
+        )
+        changes["max_output_tokens"] = "inf" if value is None else value
+
+    audio_in = patch.audio.input if patch.audio else None
+    audio_out = patch.audio.output if patch.audio else None
+
+    # Turn detection: GA nested wins over beta flat; an explicit null disables it.
+    if audio_in is not None and "turn_detection" in audio_in.model_fields_set:
+        changes["turn_detection"] = _turn_detection(
+            audio_in.turn_detection, "session.audio.input.turn_detection", event_id
+        )
+    elif "turn_detection" in sent:
+        changes["turn_detection"] = _turn_detection(
+            patch.turn_detection, "session.turn_detection", event_id
+        )
+
+    voice = audio_out.voice if audio_out and audio_out.voice else patch.voice
+    if voice is not None and voice != config.voice:
+        if audio_started:
+            raise fail(
+                "invalid_value",
+                "The voice cannot be changed once the assistant has spoken.",
+                "session.audio.output.voice",
+            )
+        changes["voice"] = voice
+
+    _check_format(audio_in.format if audio_in else None, "session.audio.input.format", event_id)
+    _check_format(audio_out.format if audio_out else None, "session.audio.output.format", event_id)
+    for name in ("input_audio_format", "output_audio_format"):
+        value = getattr(patch, name)
+        if value is not None and value != "pcm16":
+            raise fail(
+                "unsupported_audio_format",
+                f"Audio format '{value}' is not supported yet; use 'pcm16'.",
+                f"session.{name}",
+            )
+    return replace(config, **changes)
+
+
+def _turn_detection(
+    value: TurnDetectionIn | None, param: str, event_id: str | None
+) -> ServerVadParams | None:
+    if value is None:
+        return None
+    if value.type != "server_vad":
+        raise ProtocolError(
+            "unsupported_turn_detection",
+            f"Turn detection '{value.type}' is not supported; use 'server_vad' or null.",
+            f"{param}.type",
+            event_id,
+        )
+    defaults = ServerVadParams()
+    fields = {
+        name: getattr(value, name)
+        for name in (
+            "threshold",
+            "prefix_padding_ms",
+            "silence_duration_ms",
+            "create_response",
+            "interrupt_response",
+            "idle_timeout_ms",
+        )
+        if getattr(value, name) is not None
+    }
+    return replace(defaults, **fields)
+
+
+def _check_format(fmt: AudioFormatIn | None, param: str, event_id: str | None) -> None:
+    if fmt is None:
+        return
+    if fmt.type != "audio/pcm" or fmt.rate not in (None, PCM_RATE):
+        raise ProtocolError(
+            "unsupported_audio_format",
+            f"Audio format {fmt.type} at {fmt.rate or 'default'} Hz is not supported yet; "
+            f"use audio/pcm at {PCM_RATE} Hz.",
+            param,
+            event_id,
+        )
+
+
+def to_wire(config: SessionConfig) -> dict[str, Any]:
+    """The full effective configuration, shaped as the GA `session` object."""
+    vad = config.turn_detection
+    turn_detection: dict[str, Any] | None = None
+    if vad is not None:
+        turn_detection = {
+            "type": "server_vad",
+            "threshold": vad.threshold,
+            "prefix_padding_ms": vad.prefix_padding_ms,
+            "silence_duration_ms": vad.silence_duration_ms,
+            "create_response": vad.create_response,
+            "interrupt_response": vad.interrupt_response,
+            "idle_timeout_ms": vad.idle_timeout_ms,
+        }
+    pcm = {"type": "audio/pcm", "rate": PCM_RATE}
+    return {
+        "type": "realtime",
+        "model": config.model,
+        "instructions": config.instructions,
+        "output_modalities": list(config.output_modalities),
+        "max_output_tokens": config.max_output_tokens,
+        "audio": {
+            "input": {"format": pcm, "turn_detection": turn_detection},
+            "output": {"format": pcm, "voice": config.voice},
+        },
+    }

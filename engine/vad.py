@@ -1,0 +1,190 @@
+"""Frame-level voice activity scoring.
+
+A `VadBackend` is shared by all sessions; each session owns a `VadStream`
+that resamples its input to 16 kHz, cuts it into fixed frames and asks the
+backend for a speech score in [0, 1] per frame. Turn logic lives in
+`engine.turns`; this module only produces `FrameScore`s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+import soxr
+import webrtcvad
+
+VAD_RATE = 16000
+_SAMPLES_PER_MS = VAD_RATE // 1000
+
+Pcm16 = npt.NDArray[np.int16]
+
+
+@dataclass(frozen=True)
+class FrameScore:
+    """Score of one frame; times are ms on the session's input audio clock."""
+
+    start_ms: int
+    end_ms: int
+    score: float
+
+
+class VadBackend(Protocol):
+    """Scores 16 kHz int16 frames of `16 * frame_ms` samples.
+
+    The backend is shared; everything that depends on a session's history
+    lives in the opaque state from `new_state()`, passed back to `score()`.
+    """
+
+    @property
+    def frame_ms(self) -> int: ...
+
+    def new_state(self) -> object: ...
+
+    def score(self, state: object, frame: Pcm16) -> float: ...
+
+
+@dataclass
+class _WebRtcState:
+    vads: list[webrtcvad.Vad]
+
+
+class WebRtcVadBackend:
+    """webrtcvad with 30 ms frames and a graded score.
+
+    webrtcvad only answers yes/no, at one of four aggressiveness modes
+    (0 = lenient ... 3 = strict). We run all four and score a frame by the
+    fraction of modes that call it speech: 0, .25, .5, .75 or 1. So a
+    threshold of .25 accepts what the most lenient mode accepts, 1.0 needs
+    even the strictest mode to agree: a higher threshold is a more
+    aggressive filter, as with OpenAI's server_vad threshold.
+    """
+
+    frame_ms: int = 30
+
+    def new_state(self) -> object:
+        # webrtcvad keeps noise estimates and hangover per instance, so every
+        # session needs its own.
+        return _WebRtcState([webrtcvad.Vad(mode) for mode in range(4)])
+
+    def score(self, state: object, frame: Pcm16) -> float:
+        if not isinstance(state, _WebRtcState):
+            raise TypeError("state does not come from WebRtcVadBackend.new_state()")
+        data = frame.tobytes()
+        votes = sum(bool(vad.is_speech(data, VAD_RATE)) for vad in state.vads)
+        return votes / len(state.vads)
+
+
+@dataclass
+class _ScriptState:
+    index: int = 0
+
+
+class ScriptedScorer:
+    """Test backend: frame i of a session scores `script(i)` or `script[i]`.
+
+    Frames past the end of a sequence score 0.0 (silence), so tests can
+    feed trailing audio without padding the script.
+    """
+
+    def __init__(
+        self, script: Callable[[int], float] | Sequence[float], frame_ms: int = 30
+    ) -> None:
+        self.frame_ms = frame_ms
+        self._script = script
+
+    def new_state(self) -> object:
+        return _ScriptState()
+
+    def score(self, state: object, frame: Pcm16) -> float:
+        if not isinstance(state, _ScriptState):
+            raise TypeError("state does not come from ScriptedScorer.new_state()")
+        i = state.index
+        state.index += 1
+        if callable(self._script):
+            return self._script(i)
+        return self._script[i] if i < len(self._script) else 0.0
+
+
+def _new_resampler(input_rate: int) -> soxr.ResampleStream | None:
+    if input_rate == VAD_RATE:
+        return None
+    # float32, not int16: libsoxr dithers int16 output, which makes the
+    # samples depend on how the input was chunked (and turns digital silence
+    # into +-1 LSB noise). The float path is exactly chunking-invariant.
+    return soxr.ResampleStream(input_rate, VAD_RATE, 1, dtype="float32")
+
+
+class VadStream:
+    """Per-session scorer: pcm16 at `input_rate` in, `FrameScore`s out.
+
+    Frame k (counted from the last reset) covers input time
+    [origin + k*frame_ms, origin + (k+1)*frame_ms). soxr's streaming
+    resampler compensates its filter delay, so these times are exact; it
+    does hold back output, so a frame is only returned once roughly 6-37 ms
+    (24 kHz, HQ) of later audio has arrived, on top of waiting for the frame
+    to fill. Scores do not depend on how the input is chunked.
+    """
+
+    def __init__(self, backend: VadBackend, input_rate: int = 24000) -> None:
+        self.backend = backend
+        self.input_rate = input_rate
+        self._samples_in = 0
+        self._state: object
+        self._resampler: soxr.ResampleStream | None
+        self._pending: Pcm16
+        self._origin_ms: int
+        self._frames: int
+        self.reset()
+
+    @property
+    def position_ms(self) -> int:
+        """Input audio received so far, in ms (floored)."""
+        return self._samples_in * 1000 // self.input_rate
+
+    def process(self, pcm: Pcm16) -> list[FrameScore]:
+        if pcm.ndim != 1 or pcm.dtype != np.int16:
+            raise ValueError("expected mono int16 samples")
+        self._samples_in += len(pcm)
+        buf = np.concatenate([self._pending, self._to_vad_rate(pcm)])
+        frame_ms = self.backend.frame_ms
+        frame_len = frame_ms * _SAMPLES_PER_MS
+        n = len(buf) // frame_len
+        scores = []
+        for i in range(n):
+            frame = buf[i * frame_len : (i + 1) * frame_len]
+            start = self._origin_ms + self._frames * frame_ms
+            scores.append(
+                FrameScore(start, start + frame_ms, self.backend.score(self._state, frame))
+            )
+            self._frames += 1
+        # Copy so the leftover does not pin the whole concatenated buffer.
+        self._pending = buf[n * frame_len :].copy()
+        return scores
+
+    def reset(self) -> None:
+        """Forget everything heard so far; keep the session clock.
+
+        The next frame starts at the current input position, so frame times
+        stay on the session clock that event timestamps use. Audio still
+        inside the resampler or in a partial frame belongs to before the
+        reset and is dropped with it (a fresh resampler is made), and the
+        backend state starts over: after a reset, the stream scores the
+        following audio exactly as a new stream would, shifted in time.
+        """
+        self._state = self.backend.new_state()
+        self._resampler = _new_resampler(self.input_rate)
+        self._pending = np.zeros(0, dtype=np.int16)
+        # Floored: a reset between two ms boundaries labels the next frames
+        # up to 1 ms early, which no consumer can notice.
+        self._origin_ms = self.position_ms
+        self._frames = 0
+
+    def _to_vad_rate(self, pcm: Pcm16) -> Pcm16:
+        if self._resampler is None:
+            return pcm
+        out: npt.NDArray[np.float32] = self._resampler.resample_chunk(pcm.astype(np.float32))
+        return np.clip(np.rint(out), -32768, 32767).astype(np.int16)

@@ -1,0 +1,60 @@
+"""The executor interface: what the engine asks of a model.
+
+Shaped by what vLLM can do: prepare a committed input turn ahead of the response
+(transcribe it, extract features, submit it), start a response for an immutable
+snapshot of the conversation and stream its chunks, abort a request by id.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    id: str
+    role: Literal["user", "assistant", "system"]
+    audio: np.ndarray | None = None  # int16 mono at `rate`
+    rate: int = 24_000
+    text: str | None = None  # typed text, or the transcript of audio
+
+
+@dataclass(frozen=True)
+class Prompt:
+    request_id: str
+    instructions: str
+    items: tuple[PromptItem, ...]
+    output_modalities: tuple[Literal["text", "audio"], ...] = ("audio",)
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A piece of a response. Text that comes with audio is its transcript."""
+
+    audio: np.ndarray | None = None  # int16 mono at the executor's output_rate
+    text: str = ""
+
+
+class Executor(ABC):
+    name: str = "executor"
+    output_rate: int = 24_000
+
+    async def prepare(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
+        """Work on a committed user turn before a response needs it."""
+
+    @abstractmethod
+    def generate(self, prompt: Prompt) -> AsyncIterator[OutputChunk]:
+        """Stream the response to `prompt`; stops early once aborted."""
+
+    @abstractmethod
+    async def abort(self, request_id: str) -> None:
+        """Stop the request at the model (cancelling the consumer alone may not)."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release model resources."""

@@ -1,0 +1,45 @@
+"""The FastAPI application: health, model list and the realtime WebSocket."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI
+
+from engine.vad import WebRtcVadBackend
+from models.base import Executor
+from models.scripted import ScriptedExecutor
+from server.config import Settings
+from server.realtime import RealtimeEndpoint
+
+
+def make_executor(settings: Settings) -> Executor:
+    # One executor per server; sessions share it (only `scripted` exists so far).
+    return ScriptedExecutor(
+        chunk_ms=settings.scripted_chunk_ms, chunk_delay_s=settings.scripted_chunk_delay_s
+    )
+
+
+def create_app(settings: Settings | None = None, executor: Executor | None = None) -> FastAPI:
+    settings = settings or Settings()
+    app = FastAPI(title="Parley", version="0.1.0")
+    endpoint = RealtimeEndpoint(settings, executor or make_executor(settings), WebRtcVadBackend())
+    app.state.endpoint = endpoint
+    started = int(time.time())
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "sessions": endpoint.sessions}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": settings.model, "object": "model", "created": started, "owned_by": "parley"}
+            ],
+        }
+
+    app.add_api_websocket_route("/v1/realtime", endpoint.handle)
+    return app

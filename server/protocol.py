@@ -1,0 +1,254 @@
+"""The wire protocol: client events parsed into pydantic models, protocol errors.
+
+Client events are our own models (GA names first, beta spellings accepted) so that a
+bad field gets a precise `param` in the error. Server events are the official SDK's
+models (`openai.types.realtime`), built by `engine.emitter`, so the wire matches the
+SDK by construction.
+
+`input_audio_buffer.append` arrives 25-50 times a second per session, so it takes a
+lean path: one `json.loads`, a dispatch on `type`, a strict base64 decode.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+@dataclass
+class ProtocolError(Exception):
+    """A refusal reported to the client as an OpenAI-style `error` event."""
+
+    code: str
+    message: str
+    param: str | None = None
+    event_id: str | None = None
+    type: str = "invalid_request_error"
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class _Event(BaseModel):
+    # Unknown fields are ignored rather than refused: newer clients send fields this
+    # server does not know yet, and refusing them would break those clients.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    event_id: str | None = None
+
+
+# --- session configuration (GA nested and beta flat) -----------------------------
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class TurnDetectionIn(_Loose):
+    type: Literal["server_vad", "semantic_vad"] = "server_vad"
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    prefix_padding_ms: int | None = Field(default=None, ge=0, le=10_000)
+    silence_duration_ms: int | None = Field(default=None, ge=0, le=60_000)
+    create_response: bool | None = None
+    interrupt_response: bool | None = None
+    idle_timeout_ms: int | None = Field(default=None, ge=0)
+    eagerness: Literal["low", "medium", "high", "auto"] | None = None
+
+
+class AudioFormatIn(_Loose):
+    type: Literal["audio/pcm", "audio/pcmu", "audio/pcma"]
+    rate: int | None = None
+
+
+class AudioInputIn(_Loose):
+    format: AudioFormatIn | None = None
+    turn_detection: TurnDetectionIn | None = None
+    transcription: dict[str, Any] | None = None
+    noise_reduction: dict[str, Any] | None = None
+
+
+class AudioOutputIn(_Loose):
+    format: AudioFormatIn | None = None
+    voice: str | None = None
+    speed: float | None = Field(default=None, ge=0.25, le=1.5)
+
+
+class AudioIn(_Loose):
+    input: AudioInputIn | None = None
+    output: AudioOutputIn | None = None
+
+
+BetaAudioFormat = Literal["pcm16", "g711_ulaw", "g711_alaw"]
+
+
+class SessionIn(_Loose):
+    """A partial session configuration. Which fields were sent matters (`null` for
+    turn detection disables it; absent leaves it), so read `model_fields_set`."""
+
+    type: Literal["realtime"] | None = None
+    model: str | None = None
+    instructions: str | None = None
+    output_modalities: list[Literal["text", "audio"]] | None = None
+    audio: AudioIn | None = None
+    max_output_tokens: int | Literal["inf"] | None = None
+    # Beta (flat) spellings.
+    modalities: list[Literal["text", "audio"]] | None = None
+    voice: str | None = None
+    input_audio_format: BetaAudioFormat | None = None
+    output_audio_format: BetaAudioFormat | None = None
+    turn_detection: TurnDetectionIn | None = None
+    max_response_output_tokens: int | Literal["inf"] | None = None
+
+
+# --- client events ----------------------------------------------------------------
+
+
+class SessionUpdate(_Event):
+    type: Literal["session.update"]
+    session: SessionIn
+
+
+class InputAudioBufferAppend(_Event):
+    """Built by the lean path in `parse_client_event`; `pcm` is the decoded bytes."""
+
+    type: Literal["input_audio_buffer.append"]
+    pcm: bytes
+
+
+class InputAudioBufferCommit(_Event):
+    type: Literal["input_audio_buffer.commit"]
+
+
+class InputAudioBufferClear(_Event):
+    type: Literal["input_audio_buffer.clear"]
+
+
+class ResponseIn(_Loose):
+    instructions: str | None = None
+    output_modalities: list[Literal["text", "audio"]] | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
+    conversation: str | None = None
+    metadata: dict[str, str] | None = None
+    max_output_tokens: int | Literal["inf"] | None = None
+
+
+class ResponseCreate(_Event):
+    type: Literal["response.create"]
+    response: ResponseIn | None = None
+
+
+class ResponseCancel(_Event):
+    type: Literal["response.cancel"]
+    response_id: str | None = None
+
+
+class ConversationItemTruncate(_Event):
+    type: Literal["conversation.item.truncate"]
+    item_id: str
+    content_index: int = Field(ge=0)
+    audio_end_ms: int = Field(ge=0)
+
+
+ClientEvent = (
+    SessionUpdate
+    | InputAudioBufferAppend
+    | InputAudioBufferCommit
+    | InputAudioBufferClear
+    | ResponseCreate
+    | ResponseCancel
+    | ConversationItemTruncate
+)
+
+_MODELS: dict[str, type[_Event]] = {
+    "session.update": SessionUpdate,
+    "input_audio_buffer.commit": InputAudioBufferCommit,
+    "input_audio_buffer.clear": InputAudioBufferClear,
+    "response.create": ResponseCreate,
+    "response.cancel": ResponseCancel,
+    "conversation.item.truncate": ConversationItemTruncate,
+}
+# Beta names that differ from GA ones (client side: none of this issue's events
+# were renamed, but beta clients may still send the transcription session update).
+_ALIASES: dict[str, str] = {"transcription_session.update": "session.update"}
+
+APPEND = "input_audio_buffer.append"
+SUPPORTED_TYPES = sorted([APPEND, *_MODELS])
+
+
+def parse_client_event(text: str | bytes, max_bytes: int) -> ClientEvent:
+    """Parse one WebSocket text frame into a client event, or raise ProtocolError."""
+    if len(text) > max_bytes:
+        raise ProtocolError(
+            "message_too_large",
+            f"Message of {len(text)} bytes exceeds the limit of {max_bytes} bytes.",
+        )
+    try:
+        raw = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError("invalid_json", f"The message is not valid JSON: {exc}.") from None
+    if not isinstance(raw, dict):
+        raise ProtocolError("invalid_json", "The message must be a JSON object.")
+    event_id = raw.get("event_id") if isinstance(raw.get("event_id"), str) else None
+    kind = raw.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(
+            "missing_required_parameter", "Missing required parameter: 'type'.", "type", event_id
+        )
+    if kind == APPEND:
+        return InputAudioBufferAppend(
+            type=APPEND, event_id=event_id, pcm=_decode_audio(raw.get("audio"), event_id)
+        )
+    model = _MODELS.get(_ALIASES.get(kind, kind))
+    if model is None:
+        raise ProtocolError(
+            "invalid_value",
+            f"Invalid value: '{kind[:64]}'. Supported values are: {', '.join(SUPPORTED_TYPES)}.",
+            "type",
+            event_id,
+        )
+    raw["type"] = _ALIASES.get(kind, kind)
+    try:
+        return model.model_validate(raw)  # type: ignore[return-value]
+    except ValidationError as exc:
+        raise validation_error(exc, event_id) from None
+
+
+def _decode_audio(audio: object, event_id: str | None) -> bytes:
+    if audio is None:
+        raise ProtocolError(
+            "missing_required_parameter", "Missing required parameter: 'audio'.", "audio", event_id
+        )
+    if not isinstance(audio, str):
+        raise ProtocolError(
+            "invalid_type", "Invalid type for 'audio': expected a base64 string.", "audio", event_id
+        )
+    try:
+        pcm = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError(
+            "invalid_value", "Invalid value for 'audio': not valid base64.", "audio", event_id
+        ) from None
+    if len(pcm) % 2:
+        raise ProtocolError(
+            "invalid_value",
+            "Invalid value for 'audio': 16-bit PCM needs an even number of bytes.",
+            "audio",
+            event_id,
+        )
+    return pcm
+
+
+def validation_error(exc: ValidationError, event_id: str | None) -> ProtocolError:
+    """The first pydantic error as an OpenAI-style error with a dotted `param`."""
+    first = exc.errors()[0]
+    param = ".".join(str(part) for part in first["loc"])
+    if first["type"] == "missing":
+        return ProtocolError(
+            "missing_required_parameter", f"Missing required parameter: '{param}'.", param, event_id
+        )
+    code = "invalid_type" if first["type"].endswith("_type") else "invalid_value"
+    return ProtocolError(code, f"Invalid '{param}': {first['msg']}.", param, event_id)

@@ -1,0 +1,112 @@
+"""Drive one Session in-process: send client JSON, collect server events, settle.
+
+`settle()` lets the loop run (asyncio.sleep(0)) until the session is idle and every
+event has been read; it never waits on the wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import numpy as np
+
+from engine.session import EngineLimits, Session
+from engine.vad import VadBackend, WebRtcVadBackend
+from models.base import Executor
+from models.scripted import ScriptedExecutor
+from server.protocol import ProtocolError, parse_client_event
+from tests.sdk_check import assert_sdk_event
+
+MAX_BYTES = 16 * 1024 * 1024
+
+
+class Harness:
+    def __init__(
+        self,
+        executor: Executor | None = None,
+        vad: VadBackend | None = None,
+        limits: EngineLimits | None = None,
+    ) -> None:
+        self.executor = executor if executor is not None else ScriptedExecutor()
+        self.session = Session(
+            self.executor, vad or WebRtcVadBackend(), model="test", limits=limits
+        )
+        self.events: list[dict[str, Any]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def scripted(self) -> ScriptedExecutor:
+        assert isinstance(self.executor, ScriptedExecutor)
+        return self.executor
+
+    async def __aenter__(self) -> Harness:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.session.run()), loop.create_task(self._collect())]
+        await self.settle()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.session.close()
+        await asyncio.wait(self._tasks, timeout=5)
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception():
+                raise task.exception()  # type: ignore[misc]
+
+    async def _collect(self) -> None:
+        while (event := await self.session.outbox.get()) is not None:
+            raw = json.loads(event.text)
+            assert_sdk_event(raw)
+            self.events.append(raw)
+
+    async def send(self, event: dict[str, Any]) -> None:
+        try:
+            parsed: Any = parse_client_event(json.dumps(event), MAX_BYTES)
+        except ProtocolError as exc:
+            parsed = exc
+        await self.session.submit(parsed)
+
+    async def send_raw(self, text: str) -> None:
+        try:
+            parsed: Any = parse_client_event(text, MAX_BYTES)
+        except ProtocolError as exc:
+            parsed = exc
+        await self.session.submit(parsed)
+
+    async def append(self, pcm: np.ndarray, **extra: Any) -> None:
+        audio = base64.b64encode(pcm.astype("<i2").tobytes()).decode()
+        await self.send({"type": "input_audio_buffer.append", "audio": audio, **extra})
+
+    async def settle(self, max_steps: int = 100_000) -> None:
+        """Run the loop until nothing is queued or running and all output is read.
+
+        Appends large enough to run VAD in a worker thread make the loop wait on
+        that thread; those steps still finish without any timer of ours.
+        """
+        quiet = 0
+        for _ in range(max_steps):
+            await asyncio.sleep(0)
+            if self.session.idle() and len(self.session.outbox) == 0:
+                quiet += 1
+                if quiet >= 5:  # a few extra turns for done-callbacks
+                    return
+            else:
+                quiet = 0
+        raise AssertionError("session did not settle")
+
+    async def steps(self, n: int = 1) -> None:
+        for _ in range(n):
+            await asyncio.sleep(0)
+
+    # --- reading what was sent -------------------------------------------------------
+
+    def types(self) -> list[str]:
+        return [e["type"] for e in self.events]
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def errors(self) -> list[dict[str, Any]]:
+        return [e["error"] for e in self.of("error")]

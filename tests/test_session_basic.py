@@ -1,0 +1,62 @@
+"""A server_vad turn end to end through the session, in-process."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.scripted import ScriptedExecutor
+from tests.audio_fixtures import load_wav, silence
+from tests.harness import Harness
+
+CHUNK = 480  # 20 ms at 24 kHz
+
+
+async def append_chunked(h: Harness, pcm: np.ndarray, chunk: int = CHUNK) -> None:
+    for i in range(0, len(pcm), chunk):
+        await h.append(pcm[i : i + chunk])
+
+
+async def test_vad_turn_gets_committed_and_answered() -> None:
+    async with Harness() as h:
+        speech = load_wav("weather")
+        await append_chunked(h, np.concatenate([silence(400), speech, silence(1000)]))
+        await h.settle()
+        types = h.types()
+        assert types[:2] == ["session.created", "conversation.created"]
+        expected = [
+            "input_audio_buffer.speech_started",
+            "input_audio_buffer.speech_stopped",
+            "input_audio_buffer.committed",
+            "conversation.item.added",
+            "conversation.item.done",
+            "response.created",
+            "response.output_item.added",
+            "conversation.item.added",
+            "response.content_part.added",
+        ]
+        assert types[2 : 2 + len(expected)] == expected
+        tail = [
+            "response.output_audio.done",
+            "response.output_audio_transcript.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "conversation.item.done",
+            "response.done",
+        ]
+        assert types[-len(tail) :] == tail
+        assert not h.errors()
+        started = h.of("input_audio_buffer.speech_started")[0]
+        committed = h.of("input_audio_buffer.committed")[0]
+        assert started["item_id"] == committed["item_id"]
+        # The speech begins 400 ms in; the start includes 300 ms of prefix padding.
+        assert 50 <= started["audio_start_ms"] <= 150
+        stopped = h.of("input_audio_buffer.speech_stopped")[0]
+        turn_ms = stopped["audio_end_ms"] - started["audio_start_ms"]
+        (prompt,) = h.scripted.prompts
+        assert len(prompt.items[-1].audio) == turn_ms * 24
+        done = h.of("response.done")[0]["response"]
+        assert done["status"] == "completed"
+        transcript = done["output"][0]["content"][0]["transcript"]
+        assert ScriptedExecutor.samples_heard(transcript) == turn_ms * 24
+        deltas = h.of("response.output_audio.delta")
+        assert len(deltas) == len(transcript.split())
