@@ -31,6 +31,7 @@ class ScriptedExecutor(Executor):
     prompts: list[Prompt] = field(default_factory=list)
     prepared: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
+    abort_requests: list[str] = field(default_factory=list)  # before any abort_gate
     _aborted: set[str] = field(default_factory=set)
 
     @staticmethod
@@ -70,6 +71,7 @@ class ScriptedExecutor(Executor):
                 yield OutputChunk(text=text)
 
     async def abort(self, request_id: str) -> None:
+        self.abort_requests.append(request_id)
         if self.abort_gate is not None:
             await self.abort_gate.wait()
         self._aborted.add(request_id)

@@ -250,5 +250,6 @@ def validation_error(exc: ValidationError, event_id: str | None) -> ProtocolErro
         return ProtocolError(
             "missing_required_parameter", f"Missing required parameter: '{param}'.", param, event_id
         )
-    code = "invalid_type" if first["type"].endswith("_type") else "invalid_value"
+    wrong_type = first["type"].endswith(("_type", "_parsing"))
+    code = "invalid_type" if wrong_type else "invalid_value"
     return ProtocolError(code, f"Invalid '{param}': {first['msg']}.", param, event_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ class Harness:
             self.executor, vad or WebRtcVadBackend(), model="test", limits=limits
         )
         self.events: list[dict[str, Any]] = []
+        self.max_bytes = MAX_BYTES
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -63,14 +65,14 @@ class Harness:
 
     async def send(self, event: dict[str, Any]) -> None:
         try:
-            parsed: Any = parse_client_event(json.dumps(event), MAX_BYTES)
+            parsed: Any = parse_client_event(json.dumps(event), self.max_bytes)
         except ProtocolError as exc:
             parsed = exc
         await self.session.submit(parsed)
 
     async def send_raw(self, text: str) -> None:
         try:
-            parsed: Any = parse_client_event(text, MAX_BYTES)
+            parsed: Any = parse_client_event(text, self.max_bytes)
         except ProtocolError as exc:
             parsed = exc
         await self.session.submit(parsed)
@@ -96,6 +98,14 @@ class Harness:
                 quiet = 0
         raise AssertionError("session did not settle")
 
+    async def run_until(self, condition: Callable[[], bool], max_steps: int = 100_000) -> None:
+        """Run the loop until `condition()` holds (bounded in steps, not time)."""
+        for _ in range(max_steps):
+            if condition():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("condition never held")
+
     async def steps(self, n: int = 1) -> None:
         for _ in range(n):
             await asyncio.sleep(0)
@@ -110,3 +120,20 @@ class Harness:
 
     def errors(self) -> list[dict[str, Any]]:
         return [e["error"] for e in self.of("error")]
+
+    def responses_done(self) -> list[dict[str, Any]]:
+        return [e["response"] for e in self.of("response.done")]
+
+    def index(self, kind: str, **match: Any) -> int:
+        """Position of the first event of `kind` whose fields include `match`."""
+        for i, e in enumerate(self.events):
+            if e["type"] == kind and all(_field(e, k) == v for k, v in match.items()):
+                return i
+        raise AssertionError(f"no {kind} with {match}")
+
+
+def _field(event: dict[str, Any], dotted: str) -> Any:
+    value: Any = event
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
