@@ -5,38 +5,71 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any, get_args
 
 import uvicorn
+from pydantic import ValidationError
 
 from server.app import create_app
-from server.config import Settings
+from server.config import LogLevel, Settings
+
+
+def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """The uvicorn configuration `parley serve` runs with (tests reuse it).
+
+    Frames up to twice `max_message_bytes` are read so that a message over the
+    limit gets an `error` event and the session lives; larger ones close the
+    connection (1009). The official SDK turns compression off, and so do we.
+    """
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "ws_max_size": 2 * settings.max_message_bytes,
+        "ws_per_message_deflate": False,
+        **overrides,
+    }
+    return uvicorn.Config(create_app(settings), **options)
+
+
+_FLAGS = ("host", "port", "executor", "model", "log_level")
+_ENV_ONLY = [name for name in Settings.model_fields if name not in _FLAGS]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="parley", description="Parley realtime voice server")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve /v1/realtime over HTTP and WebSocket")
-    serve.add_argument("--host", help="address to bind (PARLEY_HOST)")
-    serve.add_argument("--port", type=int, help="port (PARLEY_PORT)")
+    serve = commands.add_parser(
+        "serve",
+        help="serve /v1/realtime over HTTP and WebSocket",
+        description="Serve /v1/realtime. Every setting can also come from a PARLEY_* "
+        "environment variable (flags win).",
+        epilog="Settings without a flag: "
+        + ", ".join(f"PARLEY_{name.upper()}" for name in _ENV_ONLY),
+    )
+    serve.add_argument("--host", help="address to bind (PARLEY_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (PARLEY_PORT, default 8000)")
     serve.add_argument("--executor", choices=["scripted"], help="model executor (PARLEY_EXECUTOR)")
     serve.add_argument("--model", help="model name reported to clients (PARLEY_MODEL)")
-    serve.add_argument("--log-level", help="debug, info, warning (PARLEY_LOG_LEVEL)")
+    serve.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=get_args(LogLevel),
+        help="log level (PARLEY_LOG_LEVEL, default info)",
+    )
     args = parser.parse_args(argv)
 
     overrides = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
-    settings = Settings(**overrides)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
-    )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        ws_max_size=2 * settings.max_message_bytes,
-        ws_per_message_deflate=False,
-    )
-    return 0
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        parser.error(str(exc))
+    # uvicorn's "trace" is below DEBUG; the standard library does not know it.
+    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    server = uvicorn.Server(uvicorn_config(settings))
+    server.run()
+    return 0 if server.started else 3
 
 
 if __name__ == "__main__":

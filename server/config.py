@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
 
 class Settings(BaseSettings):
@@ -22,4 +25,9 @@ class Settings(BaseSettings):
     # lives on); frames larger than twice this close the connection (1009).
     max_message_bytes: int = 16 * 1024 * 1024
     max_buffer_ms: int = 15 * 60 * 1000
-    log_level: str = "info"
+    log_level: LogLevel = "info"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
