@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 
 from models.scripted import ScriptedExecutor
@@ -60,3 +62,39 @@ async def test_vad_turn_gets_committed_and_answered() -> None:
         assert ScriptedExecutor.samples_heard(transcript) == turn_ms * 24
         deltas = h.of("response.output_audio.delta")
         assert len(deltas) == len(transcript.split())
+
+
+async def test_text_only_response_streams_text_events() -> None:
+    async with Harness() as h:
+        await h.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+        await h.settle()
+        assert h.of("response.output_audio.delta") == []
+        deltas = "".join(e["delta"] for e in h.of("response.output_text.delta"))
+        (done,) = h.of("response.output_text.done")
+        assert done["text"] == deltas == "I heard no audio in 0 items."
+        response = h.responses_done()[0]
+        assert response["output_modalities"] == ["text"]
+        assert response["output"][0]["content"][0] == {"type": "output_text", "text": deltas}
+
+
+async def test_cancel_by_id_and_disconnect_abort_the_model() -> None:
+    executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0))
+    h = Harness(executor)
+    async with h:
+        await h.send({"type": "response.create"})
+        await h.run_until(lambda: len(h.of("response.created")) == 1)
+        first = h.of("response.created")[0]["response"]["id"]
+        await h.send({"type": "response.cancel", "response_id": "resp_other"})
+        await h.run_until(lambda: len(h.errors()) == 1)
+        assert h.errors()[0]["code"] == "response_cancel_not_active"
+        await h.send({"type": "response.cancel", "response_id": first})
+        await h.run_until(lambda: len(h.responses_done()) == 1)
+        assert executor.aborted == [first]
+
+        await h.send({"type": "response.create"})
+        await h.run_until(lambda: len(h.of("response.created")) == 2)
+        second = h.of("response.created")[1]["response"]["id"]
+    # Leaving the harness closes the session as a disconnect does.
+    assert executor.aborted == [first, second]
+    assert h.session.active is None
+    assert all(r.task.done() for r in h.session.appends.tracked())
