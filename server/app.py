@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -23,8 +25,19 @@ def make_executor(settings: Settings) -> Executor:
 
 def create_app(settings: Settings | None = None, executor: Executor | None = None) -> FastAPI:
     settings = settings or Settings()
-    app = FastAPI(title="Parley", version="0.1.0")
-    endpoint = RealtimeEndpoint(settings, executor or make_executor(settings), WebRtcVadBackend())
+    owned = executor is None  # an executor passed in belongs to the caller
+    model_executor = executor or make_executor(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if owned:
+                await model_executor.aclose()
+
+    app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
+    endpoint = RealtimeEndpoint(settings, model_executor, WebRtcVadBackend())
     app.state.endpoint = endpoint
     started = int(time.time())
 

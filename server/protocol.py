@@ -181,14 +181,21 @@ SUPPORTED_TYPES = sorted([APPEND, *_MODELS])
 
 def parse_client_event(text: str | bytes, max_bytes: int) -> ClientEvent:
     """Parse one WebSocket text frame into a client event, or raise ProtocolError."""
-    if len(text) > max_bytes:
+    size = len(text)
+    if isinstance(text, str) and 4 * size > max_bytes:
+        # The limit is in bytes; a character takes up to 4 of them in UTF-8, so only
+        # frames that might exceed it pay for measuring.
+        size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
         raise ProtocolError(
             "message_too_large",
-            f"Message of {len(text)} bytes exceeds the limit of {max_bytes} bytes.",
+            f"Message of {size} bytes exceeds the limit of {max_bytes} bytes.",
         )
     try:
         raw = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError and UnicodeDecodeError, and also what
+        # json raises for integers too long to convert; RecursionError is deep nesting.
         raise ProtocolError("invalid_json", f"The message is not valid JSON: {exc}.") from None
     if not isinstance(raw, dict):
         raise ProtocolError("invalid_json", "The message must be a JSON object.")

@@ -186,3 +186,25 @@ async def test_outbox_backpressure_and_reserve() -> None:
     assert texts[:3] == ["1", "2", "c"] and texts[3] == "3"
     box.close()
     assert await box.get() is None
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "[" * 100_000 + "]" * 100_000,  # nesting deeper than the parser's recursion
+        '{"type": "input_audio_buffer.commit", "n": ' + "1" * 5000 + "}",  # int too long
+        b"\xff\xfe not utf-8",
+    ],
+)
+def test_pathological_json_is_invalid_json(frame: str | bytes) -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse_client_event(frame, 1 << 24)
+    assert info.value.code == "invalid_json"
+
+
+def test_size_limit_counts_bytes_not_characters() -> None:
+    frame = json.dumps({"type": "response.create", "pad": "é" * 40}, ensure_ascii=False)
+    assert len(frame) < 100 < len(frame.encode())
+    with pytest.raises(ProtocolError) as info:
+        parse_client_event(frame, 100)
+    assert info.value.code == "message_too_large"
