@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from engine.vad import WebRtcVadBackend
+from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
 from models.base import Executor
 from models.scripted import ScriptedExecutor
 from server.config import Settings
@@ -21,6 +21,13 @@ def make_executor(settings: Settings) -> Executor:
     return ScriptedExecutor(
         chunk_ms=settings.scripted_chunk_ms, chunk_delay_s=settings.scripted_chunk_delay_s
     )
+
+
+def make_vad_backend(settings: Settings) -> VadBackend:
+    # One per server, shared by all sessions: Silero loads its model here, once.
+    if settings.vad_backend == "silero":
+        return SileroOnnxBackend()
+    return WebRtcVadBackend()
 
 
 def create_app(settings: Settings | None = None, executor: Executor | None = None) -> FastAPI:
@@ -37,7 +44,7 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
                 await model_executor.aclose()
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
-    endpoint = RealtimeEndpoint(settings, model_executor, WebRtcVadBackend())
+    endpoint = RealtimeEndpoint(settings, model_executor, make_vad_backend(settings))
     app.state.endpoint = endpoint
     started = int(time.time())
 

@@ -11,7 +11,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from server.app import create_app
-from server.config import LogLevel, Settings
+from server.config import LogLevel, Settings, VadBackendName
 
 
 def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -32,7 +32,7 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
     return uvicorn.Config(create_app(settings), **options)
 
 
-_FLAGS = ("host", "port", "executor", "model", "log_level")
+_FLAGS = ("host", "port", "executor", "model", "vad_backend", "log_level")
 _ENV_ONLY = [name for name in Settings.model_fields if name not in _FLAGS]
 
 
@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, help="port (PARLEY_PORT, default 8000)")
     serve.add_argument("--executor", choices=["scripted"], help="model executor (PARLEY_EXECUTOR)")
     serve.add_argument("--model", help="model name reported to clients (PARLEY_MODEL)")
+    serve.add_argument(
+        "--vad-backend",
+        choices=get_args(VadBackendName),
+        help="server_vad voice activity detector (PARLEY_VAD_BACKEND, default silero)",
+    )
     serve.add_argument(
         "--log-level",
         type=str.lower,

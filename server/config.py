@@ -8,6 +8,7 @@ from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+VadBackendName = Literal["silero", "webrtc"]
 
 
 class Settings(BaseSettings):
@@ -25,6 +26,9 @@ class Settings(BaseSettings):
     # lives on); frames larger than twice this close the connection (1009).
     max_message_bytes: int = 16 * 1024 * 1024
     max_buffer_ms: int = 15 * 60 * 1000
+    # server_vad's frame scorer. Silero keeps finding every turn in noise that
+    # gives webrtcvad false or merged turns (bench/vad_backends.py).
+    vad_backend: VadBackendName = "silero"
     log_level: LogLevel = "info"
 
     @field_validator("log_level", mode="before")

