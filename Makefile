@@ -27,11 +27,11 @@ $(VENV)/.installed-dev: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS)
 	touch $@ $(VENV)/.installed-run
 
-# Debian packages the tests use: espeak-ng, the fallback voice.
+# Debian packages the tests use: flite, the fallback voice when Piper is absent.
 system-deps:
-	@command -v espeak-ng >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq espeak-ng; \
-	  else echo "Install espeak-ng first: sudo apt-get install espeak-ng"; exit 1; fi; }
+	@command -v flite >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq flite; \
+	  else echo "Install flite first: sudo apt-get install flite"; exit 1; fi; }
 
 run: $(VENV)/.installed-run
 	$(BIN)/parley serve --host $(HOST) --port $(PORT)

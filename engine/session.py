@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -593,10 +594,13 @@ class Session:
             if resp.epoch != self.epoch:
                 return
             prompt = self._prompt(resp)
-            async for chunk in self.executor.generate(prompt):
-                if resp.epoch != self.epoch:
-                    return  # fenced: a cancel owns the ending now
-                await self._emit_chunk(resp, chunk)
+            # Closed explicitly however this ends (a cancel lands outside the
+            # generator), so the executor's cleanup runs now, not at garbage collection.
+            async with contextlib.aclosing(self.executor.generate(prompt)) as stream:
+                async for chunk in stream:
+                    if resp.epoch != self.epoch:
+                        return  # fenced: a cancel owns the ending now
+                    await self._emit_chunk(resp, chunk)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

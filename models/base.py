@@ -8,7 +8,7 @@ snapshot of the conversation and stream its chunks, abort a request by id.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,8 +49,9 @@ class Executor(ABC):
         """Work on a committed user turn before a response needs it."""
 
     @abstractmethod
-    def generate(self, prompt: Prompt) -> AsyncIterator[OutputChunk]:
-        """Stream the response to `prompt`; stops early once aborted."""
+    def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        """Stream the response to `prompt`; stops early once aborted. The engine
+        closes the generator (`aclose`) however the response ends."""
 
     @abstractmethod
     async def abort(self, request_id: str) -> None:

@@ -9,7 +9,7 @@ each chunk's transcript.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,7 +51,7 @@ class ScriptedExecutor(Executor):
             await self.prepare_gate.wait()
         self.prepared.append(item.id)
 
-    async def generate(self, prompt: Prompt) -> AsyncIterator[OutputChunk]:
+    async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         self.prompts.append(prompt)
         words = self.reply_for(prompt).split(" ")
         n = self.chunk_ms * self.output_rate // 1000

@@ -17,7 +17,21 @@ from server.realtime import RealtimeEndpoint
 
 
 def make_executor(settings: Settings) -> Executor:
-    # One executor per server; sessions share it (only `scripted` exists so far).
+    """One executor per server process; its sessions share it. Raises ModelMissing
+    (with the file and the fix) when a model cannot be found or loaded."""
+    if settings.executor == "cascade":
+        from models.cascade.build import CascadeOptions, build_cascade  # loads models
+
+        return build_cascade(
+            CascadeOptions(
+                asr_model=settings.asr_model,
+                llm_model=settings.llm_model,
+                tts_engine=settings.tts_engine,
+                tts_voice=settings.tts_voice,
+                concurrency=settings.model_concurrency,
+                max_output_tokens=settings.max_output_tokens,
+            )
+        )
     return ScriptedExecutor(
         chunk_ms=settings.scripted_chunk_ms, chunk_delay_s=settings.scripted_chunk_delay_s
     )
@@ -50,7 +64,9 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "sessions": endpoint.sessions}
+        # Model calls waiting for a free slot (the cascade bounds each stage).
+        queued = getattr(model_executor, "queued", 0)
+        return {"status": "ok", "sessions": endpoint.sessions, "model_queue": queued}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -10,8 +10,9 @@ from typing import Any, get_args
 import uvicorn
 from pydantic import ValidationError
 
+from models.errors import ModelMissing
 from server.app import create_app
-from server.config import LogLevel, Settings, VadBackendName
+from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
 
 
 def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -32,7 +33,18 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
     return uvicorn.Config(create_app(settings), **options)
 
 
-_FLAGS = ("host", "port", "executor", "model", "vad_backend", "log_level")
+_FLAGS = (
+    "host",
+    "port",
+    "executor",
+    "model",
+    "asr_model",
+    "llm_model",
+    "tts_engine",
+    "tts_voice",
+    "vad_backend",
+    "log_level",
+)
 _ENV_ONLY = [name for name in Settings.model_fields if name not in _FLAGS]
 
 
@@ -49,7 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--host", help="address to bind (PARLEY_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (PARLEY_PORT, default 8000)")
-    serve.add_argument("--executor", choices=["scripted"], help="model executor (PARLEY_EXECUTOR)")
+    serve.add_argument(
+        "--executor",
+        choices=get_args(ExecutorName),
+        help="cascade: the embedded CPU voice pipeline (default); scripted: a deterministic "
+        "test executor (PARLEY_EXECUTOR)",
+    )
+    serve.add_argument(
+        "--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper directory"
+    )
+    serve.add_argument("--llm-model", help="a Llama-architecture .gguf (default: SmolLM2-135M)")
+    serve.add_argument("--tts-engine", choices=get_args(TtsEngineName), help="default auto")
+    serve.add_argument("--tts-voice", help="a Piper VOICE.onnx (VOICE.onnx.json beside it)")
     serve.add_argument("--model", help="model name reported to clients (PARLEY_MODEL)")
     serve.add_argument(
         "--vad-backend",
@@ -62,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         choices=get_args(LogLevel),
         help="log level (PARLEY_LOG_LEVEL, default info)",
     )
+    commands.add_parser("models", help="list the bundled models: sizes, licences, sources")
     args = parser.parse_args(argv)
+    if args.command == "models":
+        return print_models()
 
     overrides = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
     try:
@@ -72,9 +98,27 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn's "trace" is below DEBUG; the standard library does not know it.
     level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    server = uvicorn.Server(uvicorn_config(settings))
+    try:
+        config = uvicorn_config(settings)
+    except ModelMissing as exc:
+        # A user-fixable problem: say which file and how to fix it, no traceback.
+        print(f"parley: cannot start: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
+        return 2
+    server = uvicorn.Server(config)
     server.run()
     return 0 if server.started else 3
+
+
+def print_models() -> int:
+    from models.cascade.build import installed_models
+
+    rows = installed_models()
+    print(f"{'stage':5}  {'model':38}  {'size':>9}  {'licence':28}  source / path")
+    for m in rows:
+        size = f"{m.size_bytes / 1e6:.1f} MB" if m.size_bytes else "-"
+        print(f"{m.stage:5}  {m.name:38}  {size:>9}  {m.license:28}  {m.source}")
+        print(f"{'':5}  {'':38}  {'':>9}  {'':28}  {m.path}")
+    return 0 if all(m.path not in ("missing",) for m in rows) else 1
 
 
 if __name__ == "__main__":

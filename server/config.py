@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 VadBackendName = Literal["silero", "webrtc"]
+ExecutorName = Literal["cascade", "scripted"]
+TtsEngineName = Literal["auto", "piper", "flite"]
 
 
 class Settings(BaseSettings):
@@ -16,9 +19,21 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
-    executor: Literal["scripted"] = "scripted"
+    # cascade: the embedded CPU pipeline (speech recognition, language model, speech
+    # synthesis); scripted: a deterministic stand-in for tests and benchmarks.
+    executor: ExecutorName = "cascade"
     # The model name clients pass as `?model=`; any name is accepted and echoed.
-    model: str = "parley-scripted"
+    model: str = "parley"
+    # Cascade: Whisper `tiny.en` (bundled), `base` (the [accurate] extra) or a
+    # CTranslate2 Whisper directory; a Llama-architecture GGUF (default: the
+    # bundled SmolLM2-135M-Instruct); the synthesizer and a Piper VOICE.onnx.
+    asr_model: str = "tiny.en"
+    llm_model: Path | None = None
+    tts_engine: TtsEngineName = "auto"
+    tts_voice: Path | None = None
+    # Concurrent calls into each model stage; more sessions wait their turn.
+    model_concurrency: int = Field(default=1, ge=1)
+    max_output_tokens: int = Field(default=120, ge=1)
     # Scripted executor: audio per chunk and the wall-clock pause between chunks.
     scripted_chunk_ms: int = 100
     scripted_chunk_delay_s: float = 0.05

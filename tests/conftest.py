@@ -22,7 +22,11 @@ from server.cli import uvicorn_config
 from server.config import Settings
 
 # Fast, but still paced: a response streams over a few hundred milliseconds.
-TEST_SETTINGS: dict[str, Any] = {"scripted_chunk_delay_s": 0.01, "log_level": "warning"}
+TEST_SETTINGS: dict[str, Any] = {
+    "executor": "scripted",
+    "scripted_chunk_delay_s": 0.01,
+    "log_level": "warning",
+}
 START_TIMEOUT_S = 10.0
 
 

@@ -106,6 +106,15 @@ class Harness:
             await asyncio.sleep(0)
         raise AssertionError("condition never held")
 
+    async def wait_until(self, condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
+        """For real models, whose work takes wall-clock time: poll `condition`, with
+        `timeout_s` only as a safety net against a hang."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not condition():
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"condition not met within {timeout_s} s")
+            await asyncio.sleep(0.01)
+
     async def steps(self, n: int = 1) -> None:
         for _ in range(n):
             await asyncio.sleep(0)

@@ -178,7 +178,7 @@ async def test_healthz(server: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
         response = await http.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "sessions": 0}
+    assert response.json() == {"status": "ok", "sessions": 0, "model_queue": 0}
 
 
 async def test_healthz_counts_open_sessions(server: RunningServer) -> None:
@@ -187,7 +187,7 @@ async def test_healthz_counts_open_sessions(server: RunningServer) -> None:
         await events.until("session.created")
         async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
             response = await http.get("/healthz")
-        assert response.json() == {"status": "ok", "sessions": 1}
+        assert response.json() == {"status": "ok", "sessions": 1, "model_queue": 0}
 
 
 async def test_models_lists_the_served_model(serve: ServerFactory) -> None:

@@ -1,0 +1,74 @@
+"""Pure text decisions of the cascade: the chat prompt and the loop guard."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from models.base import Prompt
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a friendly voice assistant. Answer in one or two short spoken sentences. "
+    "Do not use lists, markdown or emoji."
+)
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+def chat_messages(
+    prompt: Prompt, transcripts: Mapping[str, str], *, max_turns: int = 8
+) -> list[ChatMessage]:
+    """The conversation as chat messages: the session's instructions as the system
+    message, then the latest `max_turns` items as text (user audio as its transcript).
+
+    Small models lose the thread in long contexts, and the context window is small:
+    keep the recent turns only.
+    """
+    messages: list[ChatMessage] = []
+    for item in prompt.items:
+        text = item.text if item.text is not None else transcripts.get(item.id, "")
+        text = text.strip()
+        if not text:
+            continue
+        if messages and messages[-1].role == item.role:
+            # Two user turns in a row (the answer between them was cut): one message.
+            messages[-1] = ChatMessage(item.role, f"{messages[-1].content} {text}")
+        else:
+            messages.append(ChatMessage(item.role, text))
+    messages = messages[-max_turns:]
+    while messages and messages[0].role == "assistant":
+        messages.pop(0)  # a chat starts with the user
+    system = prompt.instructions.strip() or DEFAULT_INSTRUCTIONS
+    return [ChatMessage("system", system), *messages]
+
+
+def render_chatml(messages: list[ChatMessage]) -> str:
+    """ChatML, the template SmolLM2 and Qwen were trained on, ending with the
+    assistant's turn open."""
+    parts = [f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages]
+    return "".join(parts) + "<|im_start|>assistant\n"
+
+
+def is_degenerate(text: str, *, window: int = 48, max_period: int = 16, repeats: int = 3) -> bool:
+    """True when the tail of `text` is a loop: one short unit (a digit, a word, a
+    phrase up to `max_period` characters) repeated at least `repeats` times, or one
+    sentence said twice. Tiny models fall into both ("0000000…", "I'm a voice
+    assistant. I'm a voice assistant.")."""
+    tail = text[-window:]
+    for period in range(1, max_period + 1):
+        span = period * repeats
+        if len(tail) < span:
+            continue
+        unit = tail[-period:]
+        if not any(c.isalnum() for c in unit):
+            continue  # "..." or "!!!" is punctuation, not a loop
+        if tail[-span:] == unit * repeats:
+            return True
+    sentences = [s.strip() for s in text.replace("!", ".").replace("?", ".").split(".")]
+    sentences = [s for s in sentences if len(s) >= 12]
+    return len(sentences) >= 2 and sentences[-1] in sentences[:-1]

