@@ -28,6 +28,8 @@ from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
     ConversationItemDone,
+    ConversationItemInputAudioTranscriptionCompletedEvent,
+    ConversationItemInputAudioTranscriptionFailedEvent,
     ConversationItemTruncatedEvent,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
@@ -102,6 +104,14 @@ class ResponseFinished:
 
 
 @dataclass(frozen=True)
+class TranscriptionFinished:
+    item_id: str
+    text: str | None
+    error: BaseException | None
+    audio_s: float
+
+
+@dataclass(frozen=True)
 class Reject:
     """A client frame that did not parse, reported in wire order."""
 
@@ -113,7 +123,10 @@ class _Close:
     pass
 
 
-Message = p.ClientEvent | Reject | AppendFinished | ResponseFinished | _Close
+Message = (
+    p.ClientEvent | Reject | AppendFinished | ResponseFinished | TranscriptionFinished | _Close
+)
+InternalMessage = AppendFinished | ResponseFinished | TranscriptionFinished
 
 
 @dataclass(frozen=True)
@@ -183,6 +196,7 @@ class Session:
         self.closed = False
         self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
         self._assistant_spoke = False
+        self._transcriptions: set[asyncio.Task[None]] = set()
         self._mailbox: asyncio.Queue[Message] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self.limits.mailbox_slots)
 
@@ -208,6 +222,7 @@ class Session:
             and self.active is None
             and self.deferred is None
             and all(r.task.done() for r in self.appends.tracked())
+            and not self._transcriptions
         )
 
     async def run(self) -> None:
@@ -234,7 +249,7 @@ class Session:
             await self._shutdown()
 
     async def _dispatch(self, message: Message) -> None:
-        is_client = not isinstance(message, AppendFinished | ResponseFinished)
+        is_client = not isinstance(message, InternalMessage)
         try:
             await self._handle(message)
         except p.ProtocolError as exc:
@@ -278,6 +293,8 @@ class Session:
                 self._on_append_finished(m)
             case ResponseFinished():
                 self._on_response_finished(m)
+            case TranscriptionFinished():
+                self._on_transcription_finished(m)
 
     def _error(self, exc: p.ProtocolError) -> None:
         self.emit.control(
@@ -399,6 +416,44 @@ class Session:
             epoch=self.epoch,
             response_bound=True,
             label=item_id,
+        )
+        if self.config.input_transcription is not None:
+            task = asyncio.get_running_loop().create_task(self._transcribe(prompt_item))
+            self._transcriptions.add(task)
+            task.add_done_callback(self._transcriptions.discard)
+
+    async def _transcribe(self, item: PromptItem) -> None:
+        """Input transcription for the client; it never holds up a response."""
+        audio_s = 0.0 if item.audio is None else len(item.audio) / item.rate
+        try:
+            text = await self.executor.transcribe(item)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._post(TranscriptionFinished(item.id, None, exc, audio_s))
+        else:
+            self._post(TranscriptionFinished(item.id, text, None, audio_s))
+
+    def _on_transcription_finished(self, m: TranscriptionFinished) -> None:
+        item = self.conversation.get(m.item_id)
+        if item is None:
+            return
+        if m.text is None:
+            reason = str(m.error) if m.error else "this model does not transcribe input audio"
+            self.emit.control(
+                ConversationItemInputAudioTranscriptionFailedEvent,
+                item_id=m.item_id,
+                content_index=0,
+                error={"type": "server_error", "code": "transcription_failed", "message": reason},
+            )
+            return
+        item.transcript = m.text
+        self.emit.control(
+            ConversationItemInputAudioTranscriptionCompletedEvent,
+            item_id=m.item_id,
+            content_index=0,
+            transcript=m.text,
+            usage={"type": "duration", "seconds": round(m.audio_s, 3)},
         )
 
     def _on_clear(self) -> None:
@@ -792,5 +847,7 @@ class Session:
             if resp.task is not None:
                 resp.task.cancel()
                 await asyncio.wait([resp.task], timeout=self.limits.abort_timeout_s)
+        for task in self._transcriptions:
+            task.cancel()
         await self.appends.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()

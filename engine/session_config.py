@@ -11,11 +11,27 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from engine.turns import ServerVadParams
-from server.protocol import AudioFormatIn, ProtocolError, SessionIn, TurnDetectionIn
+from server.protocol import (
+    AudioFormatIn,
+    ProtocolError,
+    SessionIn,
+    TranscriptionIn,
+    TurnDetectionIn,
+)
 
 Modality = Literal["text", "audio"]
 PCM_RATE = 24_000
 DEFAULT_VAD = ServerVadParams()
+
+
+@dataclass(frozen=True)
+class InputTranscription:
+    """Asked for by the client; Parley transcribes with its own recognizer and
+    echoes the model name the client gave."""
+
+    model: str = "whisper-1"
+    language: str | None = None
+    prompt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -25,6 +41,7 @@ class SessionConfig:
     output_modalities: tuple[Modality, ...] = ("audio",)
     voice: str = "alloy"
     turn_detection: ServerVadParams | None = DEFAULT_VAD
+    input_transcription: InputTranscription | None = None
     max_output_tokens: int | Literal["inf"] = "inf"
 
 
@@ -72,6 +89,12 @@ def apply_update(
             patch.turn_detection, "session.turn_detection", event_id
         )
 
+    # Input transcription: GA nested wins over beta flat; null turns it off.
+    if audio_in is not None and "transcription" in audio_in.model_fields_set:
+        changes["input_transcription"] = _transcription(audio_in.transcription)
+    elif "input_audio_transcription" in sent:
+        changes["input_transcription"] = _transcription(patch.input_audio_transcription)
+
     voice = audio_out.voice if audio_out and audio_out.voice else patch.voice
     if voice is not None and voice != config.voice:
         if audio_started:
@@ -93,6 +116,12 @@ def apply_update(
                 f"session.{name}",
             )
     return replace(config, **changes)
+
+
+def _transcription(value: TranscriptionIn | None) -> InputTranscription | None:
+    if value is None:
+        return None
+    return InputTranscription(value.model or "whisper-1", value.language, value.prompt)
 
 
 def _turn_detection(
@@ -151,6 +180,14 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
             "idle_timeout_ms": vad.idle_timeout_ms,
         }
     pcm = {"type": "audio/pcm", "rate": PCM_RATE}
+    transcription: dict[str, Any] | None = None
+    if config.input_transcription is not None:
+        t = config.input_transcription
+        transcription = {"model": t.model}
+        if t.language:
+            transcription["language"] = t.language
+        if t.prompt:
+            transcription["prompt"] = t.prompt
     return {
         "type": "realtime",
         "model": config.model,
@@ -158,7 +195,11 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
         "output_modalities": list(config.output_modalities),
         "max_output_tokens": config.max_output_tokens,
         "audio": {
-            "input": {"format": pcm, "turn_detection": turn_detection},
+            "input": {
+                "format": pcm,
+                "turn_detection": turn_detection,
+                "transcription": transcription,
+            },
             "output": {"format": pcm, "voice": config.voice},
         },
     }

@@ -57,5 +57,10 @@ class Executor(ABC):
     async def abort(self, request_id: str) -> None:
         """Stop the request at the model (cancelling the consumer alone may not)."""
 
+    async def transcribe(self, item: PromptItem) -> str | None:
+        """The text of a user audio item for the client's input transcription
+        events, or None when this executor cannot transcribe."""
+        return None
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release model resources."""

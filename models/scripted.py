@@ -51,6 +51,11 @@ class ScriptedExecutor(Executor):
             await self.prepare_gate.wait()
         self.prepared.append(item.id)
 
+    async def transcribe(self, item: PromptItem) -> str | None:
+        """Deterministic: says how much audio the item held."""
+        n = 0 if item.audio is None else len(item.audio)
+        return f"audio of {n} samples"
+
     async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         self.prompts.append(prompt)
         words = self.reply_for(prompt).split(" ")

@@ -64,10 +64,16 @@ class AudioFormatIn(_Loose):
     rate: int | None = None
 
 
+class TranscriptionIn(_Loose):
+    model: str | None = None
+    language: str | None = None
+    prompt: str | None = None
+
+
 class AudioInputIn(_Loose):
     format: AudioFormatIn | None = None
     turn_detection: TurnDetectionIn | None = None
-    transcription: dict[str, Any] | None = None
+    transcription: TranscriptionIn | None = None
     noise_reduction: dict[str, Any] | None = None
 
 
@@ -101,6 +107,7 @@ class SessionIn(_Loose):
     input_audio_format: BetaAudioFormat | None = None
     output_audio_format: BetaAudioFormat | None = None
     turn_detection: TurnDetectionIn | None = None
+    input_audio_transcription: TranscriptionIn | None = None
     max_response_output_tokens: int | Literal["inf"] | None = None
 
 

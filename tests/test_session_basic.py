@@ -98,3 +98,41 @@ async def test_cancel_by_id_and_disconnect_abort_the_model() -> None:
     assert executor.aborted == [first, second]
     assert h.session.active is None
     assert all(r.task.done() for r in h.session.appends.tracked())
+
+
+async def test_input_transcription_events_when_asked_for() -> None:
+    async with Harness() as h:
+        await h.send(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "audio": {
+                        "input": {"turn_detection": None, "transcription": {"model": "whisper-1"}}
+                    },
+                },
+            }
+        )
+        await h.append(load_wav("joke"))
+        await h.send({"type": "input_audio_buffer.commit"})
+        await h.settle()
+        updated = h.of("session.updated")[-1]["session"]
+        assert updated["audio"]["input"]["transcription"] == {"model": "whisper-1"}
+        (done,) = h.of("conversation.item.input_audio_transcription.completed")
+        item_id = h.of("input_audio_buffer.committed")[0]["item_id"]
+        assert done["item_id"] == item_id
+        assert done["transcript"] == f"audio of {len(load_wav('joke'))} samples"
+        assert done["usage"] == {
+            "type": "duration",
+            "seconds": round(len(load_wav("joke")) / 24000, 3),
+        }
+        stored = h.session.conversation.get(item_id)
+        assert stored is not None and stored.transcript == done["transcript"]
+
+        # Turned off again (beta flat spelling): no more transcription events.
+        await h.send({"type": "session.update", "session": {"input_audio_transcription": None}})
+        await h.append(load_wav("joke"))
+        await h.send({"type": "input_audio_buffer.commit"})
+        await h.settle()
+        assert len(h.of("conversation.item.input_audio_transcription.completed")) == 1
+        assert not h.errors()

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -67,6 +68,12 @@ class CascadeStats:
     transcribed: int = 0
     tokens_by_request: dict[str, int] = field(default_factory=dict)
     sentences_by_request: dict[str, int] = field(default_factory=dict)
+    # time.monotonic() of milestones, by item or request id: "transcribed" (a user
+    # item), "started", "first_token", "first_audio" (a response). For benchmarks.
+    marks: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def mark(self, key: str, milestone: str) -> None:
+        self.marks.setdefault(key, {}).setdefault(milestone, time.monotonic())
 
 
 class CascadeExecutor(Executor):
@@ -91,6 +98,7 @@ class CascadeExecutor(Executor):
         self._transcripts: OrderedDict[str, str] = OrderedDict()
         self._cache_size = transcript_cache
         self._aborts: dict[str, threading.Event] = {}
+        self._recognizing: dict[str, asyncio.Future[str]] = {}
 
     @property
     def queued(self) -> int:
@@ -107,14 +115,25 @@ class CascadeExecutor(Executor):
     # --- speech recognition ---------------------------------------------------------
 
     async def transcribe(self, item: PromptItem) -> str:
+        """The item's text, recognized once however many callers ask at once (the
+        turn's preparation and the client's input transcription)."""
         cached = self._transcripts.get(item.id)
         if cached is not None:
             return cached
+        running = self._recognizing.get(item.id)
+        if running is None:
+            running = asyncio.ensure_future(self._recognize(item))
+            self._recognizing[item.id] = running
+            running.add_done_callback(lambda _: self._recognizing.pop(item.id, None))
+        return await asyncio.shield(running)
+
+    async def _recognize(self, item: PromptItem) -> str:
         text = ""
         if item.audio is not None and len(item.audio):
             async with self.slots["asr"].slot():
                 text = await asyncio.to_thread(self.asr.transcribe, item.audio, item.rate)
             self.stats.transcribed += 1
+            self.stats.mark(item.id, "transcribed")
         self._transcripts[item.id] = text
         while len(self._transcripts) > self._cache_size:
             self._transcripts.popitem(last=False)
@@ -130,6 +149,7 @@ class CascadeExecutor(Executor):
 
     async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         stop = self._aborts.setdefault(prompt.request_id, threading.Event())
+        self.stats.mark(prompt.request_id, "started")
         try:
             for item in prompt.items:
                 if item.role == "user" and item.text is None:
@@ -151,6 +171,7 @@ class CascadeExecutor(Executor):
                         return
                     audio = await asyncio.to_thread(self.tts.synthesize, piece)
                 self.stats.sentences += 1
+                self.stats.mark(prompt.request_id, "first_audio")
                 by_request = self.stats.sentences_by_request
                 by_request[prompt.request_id] = by_request.get(prompt.request_id, 0) + 1
                 if stop.is_set():
@@ -200,6 +221,7 @@ class CascadeExecutor(Executor):
         for piece in self.llm.stream(messages, max_tokens=limit, stop=stop):
             self.stats.tokens += 1
             counts[request_id] = counts.get(request_id, 0) + 1
+            self.stats.mark(request_id, "first_token")
             yield piece
 
     def _to_output_rate(self, audio: np.ndarray) -> np.ndarray:

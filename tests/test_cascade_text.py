@@ -1,0 +1,82 @@
+"""The cascade's pure text decisions: the chat prompt and the loop guard."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.base import Prompt, PromptItem
+from models.cascade.text import (
+    DEFAULT_INSTRUCTIONS,
+    ChatMessage,
+    chat_messages,
+    is_degenerate,
+    render_chatml,
+)
+
+AUDIO = np.zeros(10, np.int16)
+
+
+def prompt(*items: PromptItem, instructions: str = "") -> Prompt:
+    return Prompt(request_id="r", instructions=instructions, items=items)
+
+
+def test_user_audio_becomes_its_transcript_and_instructions_lead() -> None:
+    p = prompt(
+        PromptItem("u1", "user", audio=AUDIO),
+        PromptItem("a1", "assistant", text="Sunny."),
+        PromptItem("u2", "user", audio=AUDIO),
+        instructions="Be terse.",
+    )
+    messages = chat_messages(p, {"u1": "Weather?", "u2": "Tomorrow?"})
+    assert messages == [
+        ChatMessage("system", "Be terse."),
+        ChatMessage("user", "Weather?"),
+        ChatMessage("assistant", "Sunny."),
+        ChatMessage("user", "Tomorrow?"),
+    ]
+
+
+def test_default_instructions_and_untranscribed_or_empty_items_skipped() -> None:
+    p = prompt(PromptItem("u1", "user", audio=AUDIO), PromptItem("a1", "assistant", text=""))
+    assert chat_messages(p, {}) == [ChatMessage("system", DEFAULT_INSTRUCTIONS)]
+
+
+def test_consecutive_user_turns_merge_and_history_is_bounded() -> None:
+    items = [PromptItem(f"u{i}", "user", text=f"q{i}") for i in range(3)]
+    assert chat_messages(prompt(*items), {})[1:] == [ChatMessage("user", "q0 q1 q2")]
+    long = []
+    for i in range(20):
+        long += [
+            PromptItem(f"u{i}", "user", text=f"q{i}"),
+            PromptItem(f"a{i}", "assistant", text=f"a{i}"),
+        ]
+    long.append(PromptItem("last", "user", text="last"))
+    messages = chat_messages(prompt(*long), {}, max_turns=4)
+    assert messages[0].role == "system"
+    assert messages[1].role == "user"  # never opens on an assistant turn
+    assert messages[-1] == ChatMessage("user", "last")
+    assert len(messages) <= 5
+
+
+def test_chatml_leaves_the_assistant_turn_open() -> None:
+    text = render_chatml([ChatMessage("system", "S"), ChatMessage("user", "U")])
+    assert text == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "loop"),
+    [
+        ("The moon is approximately 237.9592080000000000000", True),
+        ("I'm a friendly voice assistant. I'm a friendly voice assistant.", True),
+        ("ha ha ha ha", True),
+        ("The weather today is mostly sunny with a light breeze.", False),
+        ("Wait... what? Really!!!", False),
+        ("It is 1,000 kilometers away.", False),
+        ("I like it. You like it. We both like it a lot.", False),
+    ],
+)
+def test_loop_guard(text: str, loop: bool) -> None:
+    assert is_degenerate(text) is loop
