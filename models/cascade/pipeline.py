@@ -158,32 +158,36 @@ class CascadeExecutor(Executor):
             limit = min(prompt.max_output_tokens or self.max_output_tokens, self.max_output_tokens)
             speak = "audio" in prompt.output_modalities
             first = True
-            async for piece in self._sentences(prompt.request_id, messages, limit, stop):
-                if stop.is_set():
-                    return
-                sentence = piece if first else " " + piece  # the transcript's spacing
-                first = False
-                if not speak:
-                    yield OutputChunk(text=sentence)
-                    continue
-                async with self.slots["tts"].slot():
+            # Closed explicitly so that, however this stream ends, the token thread
+            # has stopped before the request counts as finished.
+            sentences = self._sentences(prompt.request_id, messages, limit, stop)
+            async with contextlib.aclosing(sentences):
+                async for piece in sentences:
                     if stop.is_set():
                         return
-                    audio = await asyncio.to_thread(self.tts.synthesize, piece)
-                self.stats.sentences += 1
-                self.stats.mark(prompt.request_id, "first_audio")
-                by_request = self.stats.sentences_by_request
-                by_request[prompt.request_id] = by_request.get(prompt.request_id, 0) + 1
-                if stop.is_set():
-                    return  # aborted while synthesizing: drop it
-                yield OutputChunk(audio=self._to_output_rate(audio), text=sentence)
+                    sentence = piece if first else " " + piece  # the transcript's spacing
+                    first = False
+                    if not speak:
+                        yield OutputChunk(text=sentence)
+                        continue
+                    async with self.slots["tts"].slot():
+                        if stop.is_set():
+                            return
+                        audio = await asyncio.to_thread(self.tts.synthesize, piece)
+                    self.stats.sentences += 1
+                    self.stats.mark(prompt.request_id, "first_audio")
+                    by_request = self.stats.sentences_by_request
+                    by_request[prompt.request_id] = by_request.get(prompt.request_id, 0) + 1
+                    if stop.is_set():
+                        return  # aborted while synthesizing: drop it
+                    yield OutputChunk(audio=self._to_output_rate(audio), text=sentence)
         finally:
             stop.set()  # whatever ended the stream also ends the token loop
             self._aborts.pop(prompt.request_id, None)
 
     async def _sentences(
         self, request_id: str, messages: list[ChatMessage], limit: int, stop: threading.Event
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """Sentences of the model's reply as soon as each is complete."""
         loop = asyncio.get_running_loop()
         pieces: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
@@ -219,6 +223,8 @@ class CascadeExecutor(Executor):
     ) -> Iterator[str]:
         counts = self.stats.tokens_by_request
         for piece in self.llm.stream(messages, max_tokens=limit, stop=stop):
+            if stop.is_set():
+                return  # made after the abort: not part of the answer
             self.stats.tokens += 1
             counts[request_id] = counts.get(request_id, 0) + 1
             self.stats.mark(request_id, "first_token")
