@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,10 @@ def _unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
 class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
     """CTranslate2 converter for GGUF files with ``general.architecture == llama``."""
 
-    def __init__(self, gguf_path: str | Path) -> None:
+    def __init__(
+        self, gguf_path: str | Path, progress: Callable[[int, int], None] | None = None
+    ) -> None:
+        self.progress = progress  # called with (layer, layers) as layers are read
         self.gguf_path = Path(gguf_path)
         self.reader = GGUFReader(str(self.gguf_path))
         arch = _field(self.reader, "general.architecture")
@@ -136,6 +140,8 @@ class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
             decoder.projection.weight = embeddings
 
         for i, layer in enumerate(decoder.layer):
+            if self.progress is not None:
+                self.progress(i, num_layers)
             p = f"blk.{i}."
             layer.self_attention.layer_norm.gamma = self.tensor(p + "attn_norm.weight")
             layer.ffn.layer_norm.gamma = self.tensor(p + "ffn_norm.weight")
@@ -248,6 +254,7 @@ def convert(
     output_dir: str | Path,
     quantization: str | None = "int8",
     force: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Convert ``gguf_path`` into a CTranslate2 model directory at ``output_dir``.
 
@@ -256,7 +263,7 @@ def convert(
     Writes model.bin, config.json, vocabulary.json, tokenizer.json and
     chat_template.jinja.
     """
-    converter = GGUFLlamaConverter(gguf_path)
+    converter = GGUFLlamaConverter(gguf_path, progress)
     out = Path(converter.convert(str(output_dir), quantization=quantization, force=force))
     reader = converter.reader
     (out / "tokenizer.json").write_text(

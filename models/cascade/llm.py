@@ -65,8 +65,14 @@ def converted_dir(gguf: Path, quantization: str) -> Path:
         return target
     log.warning("Preparing %s for CTranslate2 (once; cached in %s) ...", gguf.name, target)
     partial = target.with_name(target.name + ".partial")
+
+    def progress(layer: int, layers: int) -> None:
+        # One line per tenth: visible in `make run` without flooding a log.
+        if layer % max(1, layers // 10) == 0:
+            log.warning("  ... layer %d of %d", layer + 1, layers)
+
     try:
-        convert(gguf, partial, quantization=quantization, force=True)
+        convert(gguf, partial, quantization=quantization, force=True, progress=progress)
     except Exception as exc:
         raise ModelMissing(
             f"Model file {gguf} could not be converted ({exc}).",
