@@ -172,12 +172,16 @@ class Session:
         *,
         model: str,
         limits: EngineLimits | None = None,
+        preset: p.SessionIn | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
         self.executor = executor
         self.ids = Ids()
         self.session_id = self.ids.new("sess")
-        self.config = SessionConfig(model=model)
+        # `preset`: a configuration fixed before the client connected (an ephemeral
+        # key's session); validated when it was made, so it applies cleanly here.
+        config = SessionConfig(model=model)
+        self.config = apply_update(config, preset, audio_started=False) if preset else config
         self.outbox = Outbox(self.limits.outbox_limit, self.limits.outbox_reserve)
         self.outbox.current_epoch = lambda: self.epoch
         self.emit = Emitter(self.outbox, self.ids)
