@@ -42,6 +42,9 @@ def clamp_audio_end_ms(requested_ms: int, available_samples: int, rate: int) -> 
     return max(0, min(requested_ms, available_samples * 1000 // rate))
 
 
+ItemKind = Literal["message", "function_call", "function_call_output"]
+
+
 @dataclass
 class Item:
     id: str
@@ -50,32 +53,63 @@ class Item:
     audio: np.ndarray | None = None  # int16 mono
     rate: int = 24_000
     transcript: str = ""
-    text: str | None = None
+    text: str | None = None  # typed text (user, system) or a text-only answer
     marks: list[TranscriptMark] = field(default_factory=list)
+    kind: ItemKind = "message"
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
 
     @property
     def audio_ms(self) -> int:
         return 0 if self.audio is None else len(self.audio) * 1000 // self.rate
 
-    def wire(self, *, with_audio: bool = False) -> dict[str, Any]:
-        """The item as the SDK's `ConversationItem` (a message)."""
-        if self.role == "assistant":
-            content: dict[str, Any] = {"type": "output_audio", "transcript": self.transcript}
-            if self.text is not None:
-                content = {"type": "output_text", "text": self.text}
-        elif self.text is not None:
-            content = {"type": "input_text", "text": self.text}
-        else:
-            content = {"type": "input_audio", "transcript": self.transcript or None}
+    def _content(self, with_audio: bool) -> list[dict[str, Any]]:
+        audio = None
         if with_audio and self.audio is not None:
-            content["audio"] = base64.b64encode(self.audio.tobytes()).decode("ascii")
+            audio = base64.b64encode(self.audio.tobytes()).decode("ascii")
+        if self.role == "assistant":
+            if self.text is not None:
+                return [{"type": "output_text", "text": self.text}]
+            part: dict[str, Any] = {"type": "output_audio", "transcript": self.transcript}
+        else:
+            parts: list[dict[str, Any]] = []
+            if self.text is not None:
+                parts.append({"type": "input_text", "text": self.text})
+            if self.audio is None or self.role == "system":
+                return parts
+            part = {"type": "input_audio", "transcript": self.transcript or None}
+            if audio is not None:
+                part["audio"] = audio
+            return [*parts, part]
+        if audio is not None:
+            part["audio"] = audio
+        return [part]
+
+    def wire(self, *, with_audio: bool = False) -> dict[str, Any]:
+        """The item as the SDK's `ConversationItem`."""
+        common = {"id": self.id, "object": "realtime.item", "status": self.status}
+        if self.kind == "function_call":
+            return {
+                **common,
+                "type": "function_call",
+                "call_id": self.call_id,
+                "name": self.name,
+                "arguments": self.arguments or "",
+            }
+        if self.kind == "function_call_output":
+            return {
+                **common,
+                "type": "function_call_output",
+                "call_id": self.call_id,
+                "output": self.output or "",
+            }
         return {
-            "id": self.id,
-            "object": "realtime.item",
+            **common,
             "type": "message",
             "role": self.role,
-            "status": self.status,
-            "content": [content],
+            "content": self._content(with_audio),
         }
 
 
@@ -90,8 +124,23 @@ class Conversation:
         self.items.append(item)
         return previous
 
+    def insert_after(self, item: Item, previous_id: str | None) -> None:
+        """Insert `item` right after `previous_id` (None: at the start)."""
+        index = 0 if previous_id is None else self.index(previous_id) + 1
+        self.items.insert(index, item)
+
+    def index(self, item_id: str) -> int:
+        return next(i for i, item in enumerate(self.items) if item.id == item_id)
+
+    def previous_id(self, item_id: str) -> str | None:
+        index = self.index(item_id)
+        return self.items[index - 1].id if index else None
+
     def get(self, item_id: str) -> Item | None:
         return next((i for i in self.items if i.id == item_id), None)
+
+    def remove(self, item_id: str) -> None:
+        del self.items[self.index(item_id)]
 
     def truncate(self, item: Item, audio_end_ms: int, available_samples: int) -> int:
         """Cut an assistant item's audio at `audio_end_ms`, clamped to the

@@ -38,6 +38,7 @@ class OutEvent:
     text: str
     type: str
     epoch: int | None = None  # None: control event, never dropped
+    lane: str = "conversation"  # whose epoch `epoch` is (out-of-band responses have their own)
     item_id: str | None = None  # for audio deltas: the item whose audio is counted
     samples: int = 0  # audio samples this event carries
 
@@ -79,7 +80,7 @@ class Outbox:
         self._writable = asyncio.Event()
         self._writable.set()
         self._closed = False
-        self.current_epoch: Callable[[], int] = lambda: 0
+        self.current_epoch: Callable[[str], int] = lambda lane: 0
         # Audio samples per item that reached the writer (the sent ledger).
         self.sent_samples: dict[str, int] = {}
 
@@ -107,7 +108,7 @@ class Outbox:
         self._push(event)
 
     def _is_stale(self, event: OutEvent) -> bool:
-        return event.epoch is not None and event.epoch != self.current_epoch()
+        return event.epoch is not None and event.epoch != self.current_epoch(event.lane)
 
     def drop_stale(self) -> int:
         """Free the room held by output of an old epoch (the writer would skip it)."""
@@ -165,6 +166,7 @@ class Emitter:
         cls: type[SdkModel],
         epoch: int,
         *,
+        lane: str = "conversation",
         counts_for: str | None = None,
         samples: int = 0,
         **fields: Any,
@@ -172,4 +174,4 @@ class Emitter:
         """Queue output of `epoch`; `samples` of audio are counted for the item
         `counts_for` when the writer sends it."""
         _, text = self._event(cls, fields)
-        await self.outbox.put(OutEvent(text, _TYPES[cls], epoch, counts_for, samples))
+        await self.outbox.put(OutEvent(text, _TYPES[cls], epoch, lane, counts_for, samples))

@@ -20,21 +20,25 @@ import asyncio
 import base64
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
+    ConversationItemDeletedEvent,
     ConversationItemDone,
     ConversationItemInputAudioTranscriptionCompletedEvent,
+    ConversationItemInputAudioTranscriptionDeltaEvent,
     ConversationItemInputAudioTranscriptionFailedEvent,
     ConversationItemTruncatedEvent,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
     InputAudioBufferSpeechStartedEvent,
     InputAudioBufferSpeechStoppedEvent,
+    InputAudioBufferTimeoutTriggered,
+    RateLimitsUpdatedEvent,
     RealtimeErrorEvent,
     ResponseAudioDeltaEvent,
     ResponseAudioDoneEvent,
@@ -44,12 +48,18 @@ from openai.types.realtime import (
     ResponseContentPartDoneEvent,
     ResponseCreatedEvent,
     ResponseDoneEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
+    ResponseFunctionCallArgumentsDoneEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseTextDeltaEvent,
     ResponseTextDoneEvent,
     SessionCreatedEvent,
     SessionUpdatedEvent,
+)
+from openai.types.realtime.realtime_server_event import (
+    ConversationItemRetrieved,
+    OutputAudioBufferCleared,
 )
 
 from engine.appends import AppendChain, AppendChainBroken, AppendRecord
@@ -66,10 +76,19 @@ from engine.gates import (
     response_gate_open,
 )
 from engine.input_buffer import InputBuffer
-from engine.session_config import PCM_RATE, SessionConfig, apply_update, to_wire
+from engine.items import item_from_wire, prompt_item
+from engine.responses import CONVERSATION, ActiveResponse, ResponseRequest, response_wire
+from engine.session_config import (
+    PCM_RATE,
+    SessionConfig,
+    apply_update,
+    to_wire,
+    tool_choice_name,
+    tools_from_wire,
+)
 from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
-from models.base import Executor, OutputChunk, Prompt, PromptItem
+from models.base import Executor, FunctionCall, OutputChunk, Prompt, PromptItem
 from server import protocol as p
 
 log = logging.getLogger(__name__)
@@ -129,41 +148,6 @@ Message = (
 InternalMessage = AppendFinished | ResponseFinished | TranscriptionFinished
 
 
-@dataclass(frozen=True)
-class ResponseRequest:
-    from_client: bool
-    event_id: str | None = None
-    instructions: str | None = None
-    modalities: tuple[Literal["text", "audio"], ...] | None = None
-    metadata: dict[str, str] | None = None
-    max_output_tokens: int | Literal["inf"] | None = None
-
-
-@dataclass
-class ActiveResponse:
-    """A response from `response.created` to its `response.done`. Its stream buffers
-    are written only by its response task; the session reads them once fenced."""
-
-    id: str
-    item_id: str
-    epoch: int
-    modalities: tuple[Literal["text", "audio"], ...]
-    request: ResponseRequest
-    max_output_tokens: int | Literal["inf"]
-    task: asyncio.Task[None] | None = None
-    audio: list[np.ndarray] = field(default_factory=list)
-    samples: int = 0
-    transcript: str = ""
-    marks: list[TranscriptMark] = field(default_factory=list)
-    finalized: bool = False
-    after_append: int = 0  # the model waits for appends up to this sequence number
-    inputs: tuple[AppendRecord, ...] = ()  # those appends, to see whether one failed
-
-    @property
-    def audio_out(self) -> bool:
-        return "audio" in self.modalities
-
-
 class Session:
     def __init__(
         self,
@@ -183,7 +167,7 @@ class Session:
         config = SessionConfig(model=model)
         self.config = apply_update(config, preset, audio_started=False) if preset else config
         self.outbox = Outbox(self.limits.outbox_limit, self.limits.outbox_reserve)
-        self.outbox.current_epoch = lambda: self.epoch
+        self.outbox.current_epoch = self._lane_epoch
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
         self.buffer = InputBuffer(PCM_RATE)
@@ -194,6 +178,12 @@ class Session:
         )
         self.epoch = 0
         self.active: ActiveResponse | None = None
+        self._oob: dict[str, ActiveResponse] = {}  # out-of-band responses, by id
+        self._oob_epochs: dict[str, int] = {}
+        self._last_response_id: str | None = None
+        # server_vad idle_timeout_ms: input-clock time after which silence triggers
+        # a response (set when an answer ends, cleared by speech).
+        self._idle_deadline_ms: int | None = None
         # A server_vad turn committed during a response waits here for it to end.
         self.deferred: ResponseRequest | None = None
         self._busy = False
@@ -291,6 +281,14 @@ class Session:
                 await self._on_response_cancel(m)
             case p.ConversationItemTruncate():
                 await self._on_truncate(m)
+            case p.ConversationItemCreate():
+                self._on_item_create(m)
+            case p.ConversationItemRetrieve():
+                self._on_item_retrieve(m)
+            case p.ConversationItemDelete():
+                self._on_item_delete(m)
+            case p.OutputAudioBufferClear():
+                await self._on_output_audio_buffer_clear(m)
             case Reject():
                 self._error(m.error)
             case AppendFinished():
@@ -344,6 +342,7 @@ class Session:
         if self.detector is None:  # the VAD turned itself off? (never today)
             return
         if not self.detector.in_speech:
+            self._check_idle_timeout()
             # Idle: keep only what a future turn's prefix padding can reach.
             keep_ms = (
                 self.config.turn_detection.prefix_padding_ms if self.config.turn_detection else 0
@@ -358,6 +357,7 @@ class Session:
         params = self.config.turn_detection
         assert params is not None
         if isinstance(event, SpeechStarted):
+            self._idle_deadline_ms = None  # the user spoke: no idle timeout
             item_id = self.ids.new("item")
             start = self.buffer.ms_to_pos(event.audio_start_ms)
             self._speech = (item_id, start)
@@ -386,6 +386,30 @@ class Session:
             self._commit(item_id, start, self.buffer.ms_to_pos(event.audio_end_ms))
             if params.create_response:
                 self._request_response(ResponseRequest(from_client=False))
+
+    def _check_idle_timeout(self) -> None:
+        """server_vad `idle_timeout_ms`: silence for that long after an answer has
+        finished playing commits the (silent) input and asks for a response, so the
+        assistant can prompt the user. Measured on the input audio clock, which
+        keeps running while the client streams its microphone."""
+        params = self.config.turn_detection
+        deadline = self._idle_deadline_ms
+        if params is None or params.idle_timeout_ms is None or deadline is None:
+            return
+        now_ms = self.buffer.pos_to_ms(self.buffer.end)
+        if self.active is not None or now_ms < deadline + params.idle_timeout_ms:
+            return
+        self._idle_deadline_ms = None
+        item_id = self.ids.new("item")
+        start_ms = max(self.buffer.pos_to_ms(self.buffer.start), deadline)
+        self.emit.control(
+            InputAudioBufferTimeoutTriggered,
+            audio_start_ms=start_ms,
+            audio_end_ms=now_ms,
+            item_id=item_id,
+        )
+        self._commit(item_id, self.buffer.ms_to_pos(start_ms), self.buffer.end)
+        self._request_response(ResponseRequest(from_client=False))
 
     def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
         have_ms = self.buffer.pos_to_ms(len(self.buffer))
@@ -452,6 +476,13 @@ class Session:
             )
             return
         item.transcript = m.text
+        # Whisper is not streaming: the whole text is one delta, then completed.
+        self.emit.control(
+            ConversationItemInputAudioTranscriptionDeltaEvent,
+            item_id=m.item_id,
+            content_index=0,
+            delta=m.text,
+        )
         self.emit.control(
             ConversationItemInputAudioTranscriptionCompletedEvent,
             item_id=m.item_id,
@@ -499,7 +530,18 @@ class Session:
 
     # --- responses ------------------------------------------------------------------------
 
+    def _lane_epoch(self, lane: str) -> int:
+        """The current epoch of an output lane; output of any other is stale. An
+        out-of-band response has a lane of its own, removed when it is cancelled."""
+        return self.epoch if lane == CONVERSATION else self._oob_epochs.get(lane, -1)
+
+    def _fenced(self, resp: ActiveResponse) -> bool:
+        return resp.epoch != self._lane_epoch(resp.lane)
+
     def _request_response(self, request: ResponseRequest) -> None:
+        if request.out_of_band:
+            self._start_response(request)  # beside the conversation: never gated
+            return
         action = decide_response_request(
             RequestSnapshot(self.active is not None, request.from_client)
         )
@@ -515,27 +557,54 @@ class Session:
             self.deferred = request
 
     def _on_response_create(self, event: p.ResponseCreate) -> None:
-        r = event.response
-        if r is not None and r.conversation not in (None, "auto"):
+        r = event.response or p.ResponseIn()
+        if r.conversation not in (None, "auto", "none"):
             raise p.ProtocolError(
-                "unsupported_parameter",
-                "Out-of-band responses (conversation: 'none') are not supported yet.",
+                "invalid_value",
+                "conversation must be 'auto' or 'none'.",
                 "response.conversation",
                 event.event_id,
             )
-        modalities = None
-        if r is not None and (r.output_modalities or r.modalities):
-            modalities = tuple(r.output_modalities or r.modalities or ())
+        modalities = r.output_modalities or r.modalities
+        if modalities is not None and len(modalities) != 1:
+            raise p.ProtocolError(
+                "invalid_value",
+                "output_modalities must be exactly one of ['audio'] or ['text'].",
+                "response.output_modalities",
+                event.event_id,
+            )
+        inputs = None
+        if r.input is not None:
+            inputs = tuple(
+                self._input_item(item, f"response.input[{i}]", event.event_id)
+                for i, item in enumerate(r.input)
+            )
         self._request_response(
             ResponseRequest(
                 from_client=True,
                 event_id=event.event_id,
-                instructions=r.instructions if r else None,
-                modalities=modalities,
-                metadata=r.metadata if r else None,
-                max_output_tokens=r.max_output_tokens if r else None,
+                instructions=r.instructions,
+                modalities=tuple(modalities) if modalities else None,
+                metadata=r.metadata,
+                max_output_tokens=r.max_output_tokens,
+                tools=None if r.tools is None else tools_from_wire(r.tools),
+                tool_choice=None if r.tool_choice is None else tool_choice_name(r.tool_choice),
+                input=inputs,
+                out_of_band=r.conversation == "none",
             )
         )
+
+    def _input_item(self, wire: p.ItemIn, param: str, event_id: str | None) -> Item:
+        """An item of `response.create` input: a reference to the conversation, or
+        a new item that is used for this response only."""
+        if wire.type == "item_reference":
+            found = self.conversation.get(wire.id or "")
+            if found is None:
+                raise p.ProtocolError(
+                    "item_not_found", f"Item '{wire.id}' does not exist.", f"{param}.id", event_id
+                )
+            return found
+        return item_from_wire(wire, self.ids.new, param=param, event_id=event_id)
 
     def _start_deferred(self) -> None:
         if self.deferred is not None and self.active is None and not self.closed:
@@ -543,87 +612,81 @@ class Session:
             self._start_response(request)
 
     def _prompt(self, resp: ActiveResponse) -> Prompt:
-        """The conversation as it stood when `resp` was announced: every item before
-        its own (turns committed during it belong to a later response)."""
-        items: list[PromptItem] = []
-        for i in self.conversation.items:
-            if i.id == resp.item_id:
-                break
-            text = i.text if i.text is not None else (i.transcript or None)
-            audio = i.audio if i.role == "user" else None
-            items.append(PromptItem(i.id, i.role, audio=audio, rate=i.rate, text=text))
+        """The explicit input if the request had one; otherwise the conversation as
+        it stood when `resp` was announced: every item before its own (turns
+        committed during it belong to a later response)."""
         request = resp.request
+        if request.input is not None:
+            source: list[Item] = list(request.input)
+        else:
+            source = []
+            for i in self.conversation.items:
+                if i.id == resp.item_id:
+                    break
+                source.append(i)
+        items = tuple(prompt_item(i) for i in source)
         limit = resp.max_output_tokens
+        tools = request.tools if request.tools is not None else self.config.tools
         return Prompt(
             request_id=resp.id,
             instructions=request.instructions
             if request.instructions is not None
             else self.config.instructions,
-            items=tuple(items),
+            items=items,
             output_modalities=resp.modalities,
             max_output_tokens=None if limit == "inf" else int(limit),
+            tools=tools,
+            tool_choice=request.tool_choice or self.config.tool_choice,
         )
 
-    def _response_wire(
+    def _wire(
         self,
         resp: ActiveResponse,
         status: str,
         details: dict[str, Any] | None = None,
         output: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        wire: dict[str, Any] = {
-            "id": resp.id,
-            "object": "realtime.response",
-            "status": status,
-            "status_details": details,
-            "output": output or [],
-            "conversation_id": self.conversation.id,
-            "output_modalities": list(resp.modalities),
-            "max_output_tokens": resp.max_output_tokens,
-            "metadata": resp.request.metadata,
-        }
-        if resp.audio_out:
-            wire["audio"] = {
-                "output": {
-                    "format": {"type": "audio/pcm", "rate": PCM_RATE},
-                    "voice": self.config.voice,
-                }
-            }
-        return wire
-
-    def _new_response(self, request: ResponseRequest) -> ActiveResponse:
-        return ActiveResponse(
-            id=self.ids.new("resp"),
-            item_id=self.ids.new("item"),
-            epoch=self.epoch,
-            modalities=request.modalities or self.config.output_modalities,
-            request=request,
-            max_output_tokens=request.max_output_tokens or self.config.max_output_tokens,
+        return response_wire(
+            resp,
+            status,
+            conversation_id=self.conversation.id,
+            voice=self.config.voice,
+            rate=PCM_RATE,
+            details=details,
+            output=output,
         )
 
     def _start_response(self, request: ResponseRequest) -> None:
         """Announce a response; its task starts the model once the gate opens."""
-        resp = self._new_response(request)
-        resp.after_append = self.appends.last_seq
-        resp.inputs = tuple(self.appends.tracked())
-        item = Item(id=resp.item_id, role="assistant", status="in_progress")
-        if not resp.audio_out:
-            item.text = ""
-        previous = self.conversation.append(item)
-        self.active = resp
-        self.emit.control(ResponseCreatedEvent, response=self._response_wire(resp, "in_progress"))
-        common = {"response_id": resp.id, "output_index": 0}
-        self.emit.control(ResponseOutputItemAddedEvent, item=item.wire(), **common)
-        self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
-        self.emit.control(
-            ResponseContentPartAddedEvent,
-            item_id=item.id,
-            content_index=0,
-            part={"type": "audio", "transcript": ""}
-            if resp.audio_out
-            else {"type": "text", "text": ""},
-            **common,
+        modalities = request.modalities or self.config.output_modalities
+        message = Item(id=self.ids.new("item"), role="assistant", status="in_progress")
+        if "audio" not in modalities:
+            message.text = ""
+        resp = ActiveResponse(
+            id=self.ids.new("resp"),
+            epoch=0 if request.out_of_band else self.epoch,
+            modalities=modalities,
+            request=request,
+            max_output_tokens=request.max_output_tokens or self.config.max_output_tokens,
+            message=message,
+            after_append=self.appends.last_seq,
+            inputs=tuple(self.appends.tracked()),
         )
+        self._last_response_id = resp.id
+        if request.out_of_band:
+            self._oob[resp.id] = resp
+            self._oob_epochs[resp.id] = resp.epoch
+        else:
+            # Placed now, after the turn it answers; announced with its first output.
+            self.conversation.append(message)
+            self.active = resp
+        self.emit.control(ResponseCreatedEvent, response=self._wire(resp, "in_progress"))
+        if not request.out_of_band:
+            # One response at a time per conversation: that is Parley's rate limit.
+            self.emit.control(
+                RateLimitsUpdatedEvent,
+                rate_limits=[{"name": "requests", "limit": 1, "remaining": 0, "reset_seconds": 0}],
+            )
         resp.task = asyncio.get_running_loop().create_task(
             self._run_response(resp), name=f"response:{resp.id}"
         )
@@ -649,42 +712,126 @@ class Session:
     async def _run_response(self, resp: ActiveResponse) -> None:
         error: BaseException | None = None
         try:
-            await self._await_gate(resp)
-            if resp.epoch != self.epoch:
+            if not resp.request.out_of_band:
+                await self._await_gate(resp)
+            if self._fenced(resp):
                 return
             prompt = self._prompt(resp)
             # Closed explicitly however this ends (a cancel lands outside the
             # generator), so the executor's cleanup runs now, not at garbage collection.
             async with contextlib.aclosing(self.executor.generate(prompt)) as stream:
                 async for chunk in stream:
-                    if resp.epoch != self.epoch:
-                        return  # fenced: a cancel owns the ending now
+                    if self._fenced(resp):
+                        return  # a cancel owns the ending now
                     await self._emit_chunk(resp, chunk)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("session %s: response %s failed", self.session_id, resp.id)
             error = exc
-        if resp.epoch == self.epoch:
+        if not self._fenced(resp):
             self._post(ResponseFinished(resp, error))
 
+    def _open_message(self, resp: ActiveResponse) -> None:
+        """Announce the assistant message with its first output."""
+        resp.message_open = True
+        resp.outputs.append(resp.item_id)
+        wire = resp.message.wire()
+        index = resp.output_index(resp.item_id)
+        self.emit.control(
+            ResponseOutputItemAddedEvent, response_id=resp.id, output_index=index, item=wire
+        )
+        if not resp.request.out_of_band:
+            previous = self.conversation.previous_id(resp.item_id)
+            self.emit.control(ConversationItemAdded, item=wire, previous_item_id=previous)
+        part = (
+            {"type": "audio", "transcript": ""} if resp.audio_out else {"type": "text", "text": ""}
+        )
+        self.emit.control(
+            ResponseContentPartAddedEvent,
+            response_id=resp.id,
+            item_id=resp.item_id,
+            output_index=index,
+            content_index=0,
+            part=part,
+        )
+
+    def _emit_call(self, resp: ActiveResponse, call: FunctionCall) -> None:
+        """A function call arrives whole: its item is announced and completed at once
+        (it joins the conversation when the response ends)."""
+        item = Item(
+            self.ids.new("item"),
+            "assistant",
+            kind="function_call",
+            call_id=call.call_id,
+            name=call.name,
+            arguments=call.arguments,
+        )
+        previous = resp.calls[-1].id if resp.calls else None
+        if previous is None and not resp.request.out_of_band:
+            previous = (
+                resp.item_id if resp.message_open else self.conversation.previous_id(resp.item_id)
+            )
+        resp.calls.append(item)
+        resp.outputs.append(item.id)
+        index = resp.output_index(item.id)
+        ids = {"response_id": resp.id, "item_id": item.id, "output_index": index}
+        self.emit.control(
+            ResponseOutputItemAddedEvent,
+            response_id=resp.id,
+            output_index=index,
+            item={**item.wire(), "status": "in_progress", "arguments": ""},
+        )
+        if not resp.request.out_of_band:
+            self.emit.control(
+                ConversationItemAdded,
+                item={**item.wire(), "status": "in_progress", "arguments": ""},
+                previous_item_id=previous,
+            )
+        self.emit.control(
+            ResponseFunctionCallArgumentsDeltaEvent,
+            call_id=call.call_id,
+            delta=call.arguments,
+            **ids,
+        )
+        self.emit.control(
+            ResponseFunctionCallArgumentsDoneEvent,
+            call_id=call.call_id,
+            name=call.name,
+            arguments=call.arguments,
+            **ids,
+        )
+        self.emit.control(
+            ResponseOutputItemDoneEvent, response_id=resp.id, output_index=index, item=item.wire()
+        )
+        if not resp.request.out_of_band:
+            self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
+
     async def _emit_chunk(self, resp: ActiveResponse, chunk: OutputChunk) -> None:
+        if chunk.finish is not None:
+            resp.finish = chunk.finish
+        if chunk.function_call is not None:
+            self._emit_call(resp, chunk.function_call)
+        has_audio = chunk.audio is not None and len(chunk.audio) > 0 and resp.audio_out
+        if (chunk.text or has_audio) and not resp.message_open:
+            self._open_message(resp)
+        index = resp.output_index(resp.item_id) if resp.message_open else 0
         if chunk.text:
             resp.transcript += chunk.text
             delta = ResponseAudioTranscriptDeltaEvent if resp.audio_out else ResponseTextDeltaEvent
             await self.emit.output(
                 delta,
                 resp.epoch,
+                lane=resp.lane,
                 response_id=resp.id,
                 item_id=resp.item_id,
-                output_index=0,
+                output_index=index,
                 content_index=0,
                 delta=chunk.text,
             )
-        if chunk.audio is None or not len(chunk.audio) or not resp.audio_out:
+        if not has_audio or self._fenced(resp):
             return
-        if resp.epoch != self.epoch:
-            return
+        assert chunk.audio is not None
         pcm = chunk.audio.astype("<i2", copy=False)
         resp.audio.append(pcm)
         resp.samples += len(pcm)
@@ -692,18 +839,19 @@ class Session:
         await self.emit.output(
             ResponseAudioDeltaEvent,
             resp.epoch,
+            lane=resp.lane,
             counts_for=resp.item_id,
             samples=len(pcm),
             response_id=resp.id,
             item_id=resp.item_id,
-            output_index=0,
+            output_index=index,
             content_index=0,
             delta=base64.b64encode(pcm.tobytes()).decode("ascii"),
         )
 
     def _on_response_finished(self, message: ResponseFinished) -> None:
         resp = message.response
-        if resp is not self.active or resp.finalized:
+        if resp.finalized:
             return  # already ended by a cancel
         if message.error is not None:
             details = {
@@ -715,19 +863,29 @@ class Session:
                 },
             }
             self._finalize(resp, "failed", details)
+        elif resp.finish == "length":
+            self._finalize(
+                resp, "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
+            )
         else:
             self._finalize(resp, "completed", None)
 
-    async def _cancel_active(self, reason: CancelReason) -> None:
-        resp = self.active
-        assert resp is not None
-        self.epoch += 1  # 1. fence: nothing of the old epoch reaches the wire now
+    async def _cancel(self, resp: ActiveResponse, reason: CancelReason) -> None:
+        # 1. fence: nothing of the old epoch reaches the wire now
+        if resp.request.out_of_band:
+            self._oob_epochs.pop(resp.id, None)
+        else:
+            self.epoch += 1
         self.outbox.drop_stale()
         await self._abort(resp)  # 2. stop the model
         if resp.task is not None:
             resp.task.cancel()
         # 3. exactly one terminal event
         self._finalize(resp, "cancelled", {"type": "cancelled", "reason": reason})
+
+    async def _cancel_active(self, reason: CancelReason) -> None:
+        assert self.active is not None
+        await self._cancel(self.active, reason)
 
     async def _abort(self, resp: ActiveResponse) -> None:
         try:
@@ -738,32 +896,60 @@ class Session:
             log.exception("session %s: abort of %s failed", self.session_id, resp.id)
 
     def _finalize(self, resp: ActiveResponse, status: str, details: dict[str, Any] | None) -> None:
-        """End a response: settle its item to what the client received, then emit the
-        closing events and the one `response.done`."""
+        """End a response: settle its items to what the client received, then emit
+        the closing events and the one `response.done`."""
         resp.finalized = True
-        self.active = None
-        item = self.conversation.get(resp.item_id)
-        assert item is not None
+        in_band = not resp.request.out_of_band
+        if in_band:
+            self.active = None
+        else:
+            self._oob.pop(resp.id, None)
+        item = resp.message
+        if resp.message_open:
+            self._close_message(resp, status)
+        if in_band:
+            # The calls go right after the message's place, in order; an
+            # unannounced message then leaves, so they stand where it stood.
+            previous = item.id
+            for call in resp.calls:
+                self.conversation.insert_after(call, previous)
+                previous = call.id
+            if not resp.message_open:
+                self.conversation.remove(item.id)
+            elif resp.audio_out:
+                # idle_timeout_ms counts from the end of playback of this answer.
+                self._idle_deadline_ms = self.buffer.pos_to_ms(self.buffer.end) + item.audio_ms
+        by_id = {call.id: call for call in resp.calls}
+        by_id[item.id] = item
+        output = [by_id[i].wire() for i in resp.outputs]
+        self.emit.control(ResponseDoneEvent, response=self._wire(resp, status, details, output))
+
+    def _close_message(self, resp: ActiveResponse, status: str) -> None:
+        item = resp.message
         if status == "cancelled":
             # Only audio that reached the writer was heard; the rest was dropped.
             kept = min(resp.samples, self.outbox.sent_samples.get(resp.item_id, 0))
         else:
             kept = resp.samples
-        marks = [m for m in resp.marks if m.samples <= kept]
         if resp.audio_out:
-            audio = np.concatenate(resp.audio)[:kept] if resp.audio else np.zeros(0, np.int16)
-            item.audio = audio
+            item.audio = np.concatenate(resp.audio)[:kept] if resp.audio else np.zeros(0, np.int16)
             item.transcript = (
                 transcript_at(resp.transcript, resp.marks, kept)
                 if status == "cancelled"
                 else resp.transcript
             )
-            item.marks = marks
+            item.marks = [m for m in resp.marks if m.samples <= kept]
             self._assistant_spoke = self._assistant_spoke or kept > 0
         else:
             item.text = resp.transcript
         item.status = "completed" if status == "completed" else "incomplete"
-        ids = {"response_id": resp.id, "item_id": item.id, "output_index": 0, "content_index": 0}
+        index = resp.output_index(item.id)
+        ids = {
+            "response_id": resp.id,
+            "item_id": item.id,
+            "output_index": index,
+            "content_index": 0,
+        }
         if resp.audio_out:
             self.emit.control(ResponseAudioDoneEvent, **ids)
             self.emit.control(ResponseAudioTranscriptDoneEvent, transcript=item.transcript, **ids)
@@ -774,24 +960,22 @@ class Session:
         self.emit.control(ResponseContentPartDoneEvent, part=part, **ids)
         wire = item.wire()
         self.emit.control(
-            ResponseOutputItemDoneEvent, response_id=resp.id, output_index=0, item=wire
+            ResponseOutputItemDoneEvent, response_id=resp.id, output_index=index, item=wire
         )
-        previous = self._previous_id(item.id)
-        self.emit.control(ConversationItemDone, item=wire, previous_item_id=previous)
-        self.emit.control(
-            ResponseDoneEvent, response=self._response_wire(resp, status, details, [wire])
-        )
-
-    def _previous_id(self, item_id: str) -> str | None:
-        ids = [i.id for i in self.conversation.items]
-        index = ids.index(item_id)
-        return ids[index - 1] if index else None
+        if not resp.request.out_of_band:
+            self.emit.control(
+                ConversationItemDone,
+                item=wire,
+                previous_item_id=self.conversation.previous_id(item.id),
+            )
 
     async def _on_response_cancel(self, event: p.ResponseCancel) -> None:
         wanted = event.response_id
         if self.active is not None and wanted in (None, self.active.id):
             self.deferred = None
             await self._cancel_active("client_cancelled")
+        elif wanted is not None and wanted in self._oob:
+            await self._cancel(self._oob[wanted], "client_cancelled")
         else:
             what = f"response '{wanted}'" if wanted else "a response"
             raise p.ProtocolError(
@@ -800,6 +984,75 @@ class Session:
                 "response_id" if wanted else None,
                 event.event_id,
             )
+
+    async def _on_output_audio_buffer_clear(self, event: p.OutputAudioBufferClear) -> None:
+        """Stop all assistant audio now: the active response is cancelled, and
+        audio still queued from finished ones is dropped."""
+        last = self.active.id if self.active is not None else self._last_response_id
+        if last is None:
+            raise p.ProtocolError(
+                "invalid_request_error",
+                "There is no assistant audio to clear.",
+                event_id=event.event_id,
+            )
+        if self.active is not None:
+            self.deferred = None
+            await self._cancel_active("client_cancelled")
+        else:
+            self.epoch += 1
+            self.outbox.drop_stale()
+        self.emit.control(OutputAudioBufferCleared, response_id=last)
+
+    # --- conversation items ---------------------------------------------------------------
+
+    def _item_or_error(self, item_id: str, event_id: str | None) -> Item:
+        item = self.conversation.get(item_id)
+        if item is None:
+            raise p.ProtocolError(
+                "item_not_found", f"Item '{item_id}' does not exist.", "item_id", event_id
+            )
+        return item
+
+    def _on_item_create(self, event: p.ConversationItemCreate) -> None:
+        item = item_from_wire(event.item, self.ids.new, event_id=event.event_id)
+        if self.conversation.get(item.id) is not None:
+            raise p.ProtocolError(
+                "invalid_value",
+                f"An item with id '{item.id}' already exists.",
+                "item.id",
+                event.event_id,
+            )
+        previous = event.previous_item_id
+        if previous is None:
+            previous = self.conversation.items[-1].id if self.conversation.items else None
+        elif previous == "root":
+            previous = None
+        elif self.conversation.get(previous) is None:
+            raise p.ProtocolError(
+                "item_not_found",
+                f"previous_item_id '{previous}' does not exist.",
+                "previous_item_id",
+                event.event_id,
+            )
+        self.conversation.insert_after(item, previous)
+        self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
+        self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
+
+    def _on_item_retrieve(self, event: p.ConversationItemRetrieve) -> None:
+        item = self._item_or_error(event.item_id, event.event_id)
+        self.emit.control(ConversationItemRetrieved, item=item.wire(with_audio=True))
+
+    def _on_item_delete(self, event: p.ConversationItemDelete) -> None:
+        item = self._item_or_error(event.item_id, event.event_id)
+        if self.active is not None and item.id in (self.active.item_id, *self.active.outputs):
+            raise p.ProtocolError(
+                "invalid_value",
+                "This item belongs to the response in progress; cancel it first.",
+                "item_id",
+                event.event_id,
+            )
+        self.conversation.remove(item.id)
+        self.emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
     async def _on_truncate(self, event: p.ConversationItemTruncate) -> None:
         item = self.conversation.get(event.item_id)
@@ -810,7 +1063,7 @@ class Session:
                 "item_id",
                 event.event_id,
             )
-        if item.role != "assistant" or item.text is not None:
+        if item.role != "assistant" or item.kind != "message" or item.text is not None:
             raise p.ProtocolError(
                 "invalid_value",
                 "Only assistant audio items can be truncated.",

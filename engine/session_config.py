@@ -7,14 +7,18 @@ new config or raises ProtocolError naming the offending `param`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from engine.turns import ServerVadParams
+from models.base import Tool
 from server.protocol import (
     AudioFormatIn,
     ProtocolError,
     SessionIn,
+    ToolChoiceIn,
+    ToolIn,
     TranscriptionIn,
     TurnDetectionIn,
 )
@@ -42,6 +46,8 @@ class SessionConfig:
     voice: str = "alloy"
     turn_detection: ServerVadParams | None = DEFAULT_VAD
     input_transcription: InputTranscription | None = None
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"  # auto, none, required, or a function's name
     max_output_tokens: int | Literal["inf"] = "inf"
 
 
@@ -89,6 +95,13 @@ def apply_update(
             patch.turn_detection, "session.turn_detection", event_id
         )
 
+    if "tools" in sent:
+        changes["tools"] = tools_from_wire(patch.tools or [])  # [] (or null) clears them
+    if "tool_choice" in sent:
+        changes["tool_choice"] = (
+            "auto" if patch.tool_choice is None else tool_choice_name(patch.tool_choice)
+        )
+
     # Input transcription: GA nested wins over beta flat; null turns it off.
     if audio_in is not None and "transcription" in audio_in.model_fields_set:
         changes["input_transcription"] = _transcription(audio_in.transcription)
@@ -116,6 +129,20 @@ def apply_update(
                 f"session.{name}",
             )
     return replace(config, **changes)
+
+
+def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:
+    return tuple(Tool(t.name, t.description or "", json.dumps(t.parameters or {})) for t in tools)
+
+
+def tool_choice_name(choice: ToolChoiceIn) -> str:
+    return choice if isinstance(choice, str) else choice.name
+
+
+def _tool_choice_wire(choice: str) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "name": choice}
 
 
 def _transcription(value: TranscriptionIn | None) -> InputTranscription | None:
@@ -194,6 +221,16 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
         "instructions": config.instructions,
         "output_modalities": list(config.output_modalities),
         "max_output_tokens": config.max_output_tokens,
+        "tools": [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": json.loads(t.parameters),
+            }
+            for t in config.tools
+        ],
+        "tool_choice": _tool_choice_wire(config.tool_choice),
         "audio": {
             "input": {
                 "format": pcm,

@@ -14,6 +14,8 @@ from typing import Literal
 
 import numpy as np
 
+ItemKind = Literal["message", "function_call", "function_call_output"]
+
 
 @dataclass(frozen=True)
 class PromptItem:
@@ -22,6 +24,18 @@ class PromptItem:
     audio: np.ndarray | None = None  # int16 mono at `rate`
     rate: int = 24_000
     text: str | None = None  # typed text, or the transcript of audio
+    kind: ItemKind = "message"
+    call_id: str | None = None  # function_call and function_call_output
+    name: str | None = None  # function_call
+    arguments: str | None = None  # function_call, JSON text
+    output: str | None = None  # function_call_output
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str = ""
+    parameters: str = "{}"  # JSON schema, as JSON text (keeps the dataclass frozen)
 
 
 @dataclass(frozen=True)
@@ -31,14 +45,28 @@ class Prompt:
     items: tuple[PromptItem, ...]
     output_modalities: tuple[Literal["text", "audio"], ...] = ("audio",)
     max_output_tokens: int | None = None
+    tools: tuple[Tool, ...] = ()
+    # "auto", "none", "required", or the name of the one function to call
+    tool_choice: str = "auto"
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    name: str
+    arguments: str  # JSON text
+    call_id: str
 
 
 @dataclass(frozen=True)
 class OutputChunk:
-    """A piece of a response. Text that comes with audio is its transcript."""
+    """A piece of a response. Text that comes with audio is its transcript. A
+    function call comes whole. `finish="length"` on the last chunk says the reply
+    was cut at `max_output_tokens`."""
 
     audio: np.ndarray | None = None  # int16 mono at the executor's output_rate
     text: str = ""
+    function_call: FunctionCall | None = None
+    finish: Literal["length"] | None = None
 
 
 class Executor(ABC):

@@ -9,12 +9,14 @@ each chunk's transcript.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-from models.base import Executor, OutputChunk, Prompt, PromptItem
+from models.base import Executor, FunctionCall, OutputChunk, Prompt, PromptItem
 
 
 @dataclass
@@ -36,7 +38,12 @@ class ScriptedExecutor(Executor):
 
     @staticmethod
     def reply_for(prompt: Prompt) -> str:
-        latest = next((i for i in reversed(prompt.items) if i.role == "user"), None)
+        last = prompt.items[-1] if prompt.items else None
+        if last is not None and last.kind == "function_call_output":
+            return f"The tool said {last.output}."
+        latest = next(
+            (i for i in reversed(prompt.items) if i.role == "user" and i.kind == "message"), None
+        )
         if latest is None or latest.audio is None:
             return f"I heard no audio in {len(prompt.items)} items."
         return f"I heard {len(latest.audio)} samples in {len(prompt.items)} items."
@@ -56,9 +63,33 @@ class ScriptedExecutor(Executor):
         n = 0 if item.audio is None else len(item.audio)
         return f"audio of {n} samples"
 
+    @staticmethod
+    def tool_call_for(prompt: Prompt) -> FunctionCall | None:
+        """Told to use tools (any given and tool_choice not "none"), it calls the
+        chosen one (or the first) with the sample count it heard, unless it is
+        answering that call's output already."""
+        if not prompt.tools or prompt.tool_choice == "none":
+            return None
+        if prompt.items and prompt.items[-1].kind == "function_call_output":
+            return None
+        names = [t.name for t in prompt.tools]
+        name = prompt.tool_choice if prompt.tool_choice in names else names[0]
+        latest = next((i for i in reversed(prompt.items) if i.role == "user"), None)
+        samples = 0 if latest is None or latest.audio is None else len(latest.audio)
+        arguments = json.dumps({"samples": samples})
+        return FunctionCall(name, arguments, f"call_{prompt.request_id}")
+
     async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         self.prompts.append(prompt)
+        call = self.tool_call_for(prompt)
+        if call is not None:
+            await asyncio.sleep(self.chunk_delay_s)
+            yield OutputChunk(function_call=call)
+            return
         words = self.reply_for(prompt).split(" ")
+        cut = prompt.max_output_tokens is not None and len(words) > prompt.max_output_tokens
+        if cut:
+            words = words[: prompt.max_output_tokens]  # one word is one "token" here
         n = self.chunk_ms * self.output_rate // 1000
         t = np.arange(n) / self.output_rate
         tone = (1000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
@@ -70,10 +101,11 @@ class ScriptedExecutor(Executor):
             if prompt.request_id in self._aborted:
                 return
             text = word if i == 0 else " " + word
+            finish: Literal["length"] | None = "length" if cut and i == len(words) - 1 else None
             if "audio" in prompt.output_modalities:
-                yield OutputChunk(audio=tone, text=text)
+                yield OutputChunk(audio=tone, text=text, finish=finish)
             else:
-                yield OutputChunk(text=text)
+                yield OutputChunk(text=text, finish=finish)
 
     async def abort(self, request_id: str) -> None:
         self.abort_requests.append(request_id)

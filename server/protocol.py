@@ -91,6 +91,41 @@ class AudioIn(_Loose):
 BetaAudioFormat = Literal["pcm16", "g711_ulaw", "g711_alaw"]
 
 
+class ToolIn(_Loose):
+    type: Literal["function"] = "function"
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolChoiceFunction(_Loose):
+    type: Literal["function"]
+    name: str
+
+
+ToolChoiceIn = Literal["auto", "none", "required"] | ToolChoiceFunction
+
+
+class ContentIn(_Loose):
+    # GA names, and beta's "text"/"audio" for assistant content.
+    type: Literal["input_text", "input_audio", "output_text", "output_audio", "text", "audio"]
+    text: str | None = None
+    audio: str | None = None  # base64, in the session's input format
+    transcript: str | None = None
+
+
+class ItemIn(_Loose):
+    id: str | None = Field(default=None, max_length=64)
+    type: Literal["message", "function_call", "function_call_output", "item_reference"]
+    role: Literal["user", "assistant", "system"] | None = None
+    content: list[ContentIn] | None = None
+    status: Literal["completed", "incomplete", "in_progress"] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+
+
 class SessionIn(_Loose):
     """A partial session configuration. Which fields were sent matters (`null` for
     turn detection disables it; absent leaves it), so read `model_fields_set`."""
@@ -108,6 +143,8 @@ class SessionIn(_Loose):
     output_audio_format: BetaAudioFormat | None = None
     turn_detection: TurnDetectionIn | None = None
     input_audio_transcription: TranscriptionIn | None = None
+    tools: list[ToolIn] | None = None
+    tool_choice: ToolChoiceIn | None = None
     max_response_output_tokens: int | Literal["inf"] | None = None
 
 
@@ -136,6 +173,9 @@ class InputAudioBufferClear(_Event):
 
 class ResponseIn(_Loose):
     instructions: str | None = None
+    tools: list[ToolIn] | None = None
+    tool_choice: ToolChoiceIn | None = None
+    input: list[ItemIn] | None = None
     output_modalities: list[Literal["text", "audio"]] | None = None
     modalities: list[Literal["text", "audio"]] | None = None
     conversation: str | None = None
@@ -160,6 +200,26 @@ class ConversationItemTruncate(_Event):
     audio_end_ms: int = Field(ge=0)
 
 
+class ConversationItemCreate(_Event):
+    type: Literal["conversation.item.create"]
+    item: ItemIn
+    previous_item_id: str | None = None
+
+
+class ConversationItemRetrieve(_Event):
+    type: Literal["conversation.item.retrieve"]
+    item_id: str
+
+
+class ConversationItemDelete(_Event):
+    type: Literal["conversation.item.delete"]
+    item_id: str
+
+
+class OutputAudioBufferClear(_Event):
+    type: Literal["output_audio_buffer.clear"]
+
+
 ClientEvent = (
     SessionUpdate
     | InputAudioBufferAppend
@@ -168,6 +228,10 @@ ClientEvent = (
     | ResponseCreate
     | ResponseCancel
     | ConversationItemTruncate
+    | ConversationItemCreate
+    | ConversationItemRetrieve
+    | ConversationItemDelete
+    | OutputAudioBufferClear
 )
 
 _MODELS: dict[str, type[_Event]] = {
@@ -177,6 +241,10 @@ _MODELS: dict[str, type[_Event]] = {
     "response.create": ResponseCreate,
     "response.cancel": ResponseCancel,
     "conversation.item.truncate": ConversationItemTruncate,
+    "conversation.item.create": ConversationItemCreate,
+    "conversation.item.retrieve": ConversationItemRetrieve,
+    "conversation.item.delete": ConversationItemDelete,
+    "output_audio_buffer.clear": OutputAudioBufferClear,
 }
 # Beta names that differ from GA ones (client side: none of this issue's events
 # were renamed, but beta clients may still send the transcription session update).

@@ -32,6 +32,7 @@ async def test_vad_turn_gets_committed_and_answered() -> None:
             "conversation.item.added",
             "conversation.item.done",
             "response.created",
+            "rate_limits.updated",
             "response.output_item.added",
             "conversation.item.added",
             "response.content_part.added",

@@ -154,7 +154,7 @@ def test_input_buffer_take_is_exact(chunks: list[int], data: st.DataObject) -> N
 async def test_outbox_drops_stale_output_and_keeps_control() -> None:
     epoch = 0
     box = Outbox(limit=4, reserve=2)
-    box.current_epoch = lambda: epoch
+    box.current_epoch = lambda lane: epoch
     await box.put(OutEvent("a1", "d", epoch=0, item_id="i", samples=10))
     await box.put(OutEvent("a2", "d", epoch=0, item_id="i", samples=10))
     first = await box.get()

@@ -181,6 +181,8 @@ class CascadeExecutor(Executor):
                     if stop.is_set():
                         return  # aborted while synthesizing: drop it
                     yield OutputChunk(audio=self._to_output_rate(audio), text=sentence)
+            if self.stats.tokens_by_request.get(prompt.request_id, 0) >= limit:
+                yield OutputChunk(finish="length")  # cut at max_output_tokens
         finally:
             stop.set()  # whatever ended the stream also ends the token loop
             self._aborts.pop(prompt.request_id, None)

@@ -1,0 +1,117 @@
+"""Items a client sends (`conversation.item.create`, `response.create` input) turned
+into conversation items, with a precise `param` for whatever is wrong."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+
+import numpy as np
+
+from engine.conversation import Item
+from models.base import PromptItem
+from server.protocol import ItemIn, ProtocolError
+
+
+def item_from_wire(
+    wire: ItemIn,
+    new_id: Callable[[str], str],
+    *,
+    param: str = "item",
+    event_id: str | None = None,
+    rate: int = 24_000,
+) -> Item:
+    """A conversation item from the client's description of one.
+
+    GA content types and beta's assistant `text`/`audio` are both accepted; user
+    audio is base64 16-bit PCM at `rate`. Raises ProtocolError naming the field.
+    """
+
+    def fail(message: str, field: str, code: str = "invalid_value") -> ProtocolError:
+        return ProtocolError(code, message, f"{param}.{field}", event_id)
+
+    def missing(field: str) -> ProtocolError:
+        return fail(
+            f"Missing required parameter: '{param}.{field}'.", field, "missing_required_parameter"
+        )
+
+    item_id = wire.id or new_id("item")
+    if wire.type == "item_reference":
+        raise fail("An item_reference is only valid in response.create input.", "type")
+    if wire.type == "function_call":
+        if wire.name is None:
+            raise missing("name")
+        return Item(
+            item_id,
+            "assistant",
+            kind="function_call",
+            name=wire.name,
+            arguments=wire.arguments or "{}",
+            call_id=wire.call_id or new_id("call"),
+        )
+    if wire.type == "function_call_output":
+        if wire.call_id is None:
+            raise missing("call_id")
+        if wire.output is None:
+            raise missing("output")
+        return Item(
+            item_id, "user", kind="function_call_output", call_id=wire.call_id, output=wire.output
+        )
+    if wire.role is None:
+        raise missing("role")
+    if not wire.content:
+        raise missing("content")
+    item = Item(item_id, wire.role)
+    texts: list[str] = []
+    for i, part in enumerate(wire.content):
+        where = f"content[{i}]"
+        if wire.role == "assistant":
+            if part.type in ("output_text", "text"):
+                item.text = (item.text or "") + (part.text or "")
+            elif part.type in ("output_audio", "audio"):
+                item.transcript += part.transcript or ""
+            else:
+                raise fail(f"Assistant content cannot be '{part.type}'.", f"{where}.type")
+        elif part.type == "input_text":
+            texts.append(part.text or "")
+        elif part.type == "input_audio" and wire.role == "user":
+            if part.audio is not None:
+                item.audio = _pcm(part.audio, f"{param}.{where}.audio", event_id)
+                item.rate = rate
+            item.transcript = part.transcript or ""
+        else:
+            raise fail(f"{wire.role.title()} content cannot be '{part.type}'.", f"{where}.type")
+    if texts:
+        item.text = " ".join(texts)
+    return item
+
+
+def prompt_item(item: Item) -> PromptItem:
+    """What an executor sees of a conversation item: user audio as audio, text and
+    transcripts as text, function calls and their outputs as they are."""
+    text = item.text if item.text is not None else (item.transcript or None)
+    return PromptItem(
+        item.id,
+        item.role,
+        audio=item.audio if item.role == "user" else None,
+        rate=item.rate,
+        text=text,
+        kind=item.kind,
+        call_id=item.call_id,
+        name=item.name,
+        arguments=item.arguments,
+        output=item.output,
+    )
+
+
+def _pcm(audio: str, param: str, event_id: str | None) -> np.ndarray:
+    try:
+        raw = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError("invalid_value", "Invalid base64 audio.", param, event_id) from None
+    if len(raw) % 2:
+        raise ProtocolError(
+            "invalid_value", "16-bit PCM needs an even number of bytes.", param, event_id
+        )
+    return np.frombuffer(raw, dtype="<i2").astype(np.int16)
