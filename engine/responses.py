@@ -9,6 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from engine.appends import AppendRecord
+from engine.audio_format import OutputEncoder
 from engine.conversation import Item, TranscriptMark
 from models.base import Tool
 
@@ -48,10 +49,12 @@ class ActiveResponse:
     # The assistant message. In the conversation from the start (so it keeps its
     # place after the turn it answers) but announced only with its first output.
     message: Item
+    encoder: OutputEncoder  # to the session's output format, state carried per response
     task: asyncio.Task[None] | None = None
     message_open: bool = False
     audio: list[np.ndarray] = field(default_factory=list)
     samples: int = 0
+    unsent_samples: int = 0  # generated but held back by the encoder
     transcript: str = ""
     marks: list[TranscriptMark] = field(default_factory=list)
     calls: list[Item] = field(default_factory=list)
@@ -83,7 +86,7 @@ def response_wire(
     *,
     conversation_id: str,
     voice: str,
-    rate: int,
+    audio_format: dict[str, Any],
     details: dict[str, Any] | None = None,
     output: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
@@ -100,5 +103,5 @@ def response_wire(
         "metadata": resp.request.metadata,
     }
     if resp.audio_out:
-        wire["audio"] = {"output": {"format": {"type": "audio/pcm", "rate": rate}, "voice": voice}}
+        wire["audio"] = {"output": {"format": audio_format, "voice": voice}}
     return wire

@@ -63,6 +63,7 @@ from openai.types.realtime.realtime_server_event import (
 )
 
 from engine.appends import AppendChain, AppendChainBroken, AppendRecord
+from engine.audio_format import InputDecoder, OutputEncoder
 from engine.conversation import Conversation, Item, TranscriptMark, transcript_at
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
 from engine.gates import (
@@ -171,6 +172,7 @@ class Session:
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
         self.buffer = InputBuffer(PCM_RATE)
+        self.decoder = InputDecoder(self.config.input_format)
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
         self.detector: TurnDetector | None = self._new_detector()
         self.appends = AppendChain(
@@ -321,7 +323,12 @@ class Session:
         return detector
 
     async def _on_append(self, event: p.InputAudioBufferAppend) -> None:
-        pcm = np.frombuffer(event.pcm, dtype="<i2")
+        try:
+            pcm = self.decoder.decode(event.pcm)
+        except ValueError as exc:  # e.g. an odd byte count for 16-bit PCM
+            raise p.ProtocolError(
+                "invalid_value", f"Invalid value for 'audio': {exc}", "audio", event.event_id
+            ) from None
         cap = self.buffer.ms_to_pos(self.limits.max_buffer_ms)
         if self.detector is None and len(self.buffer) + len(pcm) > cap:
             raise p.ProtocolError(
@@ -423,6 +430,8 @@ class Session:
         item_id = self._speech[0] if self._speech else self.ids.new("item")
         self._speech = None
         self._reset_turn_detection()
+        # What the resampler still holds belongs to this turn too.
+        self.buffer.append(self.decoder.flush())
         self._commit(item_id, self.buffer.start, self.buffer.end)
 
     def _commit(self, item_id: str, begin: int, end: int) -> None:
@@ -492,6 +501,7 @@ class Session:
         )
 
     def _on_clear(self) -> None:
+        self.decoder.reset()
         self.buffer.clear()
         self._speech = None
         self._reset_turn_detection()
@@ -522,6 +532,8 @@ class Session:
         self.config = apply_update(
             old, event.session, audio_started=self._assistant_spoke, event_id=event.event_id
         )
+        if self.config.input_format != old.input_format:
+            self.decoder = InputDecoder(self.config.input_format)
         if self.config.turn_detection != old.turn_detection:
             self._speech = None
             self.vad.reset()
@@ -651,7 +663,7 @@ class Session:
             status,
             conversation_id=self.conversation.id,
             voice=self.config.voice,
-            rate=PCM_RATE,
+            audio_format=self.config.output_format.to_wire(),
             details=details,
             output=output,
         )
@@ -669,6 +681,7 @@ class Session:
             request=request,
             max_output_tokens=request.max_output_tokens or self.config.max_output_tokens,
             message=message,
+            encoder=OutputEncoder(self.config.output_format),
             after_append=self.appends.last_seq,
             inputs=tuple(self.appends.tracked()),
         )
@@ -724,6 +737,9 @@ class Session:
                     if self._fenced(resp):
                         return  # a cancel owns the ending now
                     await self._emit_chunk(resp, chunk)
+            if resp.message_open and resp.audio_out and not self._fenced(resp):
+                tail = resp.encoder.flush()  # the encoder's last held-back samples
+                await self._emit_audio(resp, tail, resp.output_index(resp.item_id))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -832,21 +848,30 @@ class Session:
         if not has_audio or self._fenced(resp):
             return
         assert chunk.audio is not None
-        pcm = chunk.audio.astype("<i2", copy=False)
+        pcm = chunk.audio.astype(np.int16, copy=False)
         resp.audio.append(pcm)
         resp.samples += len(pcm)
         resp.marks.append(TranscriptMark(resp.samples, len(resp.transcript)))
+        resp.unsent_samples += len(pcm)
+        await self._emit_audio(resp, resp.encoder.encode(pcm), index)
+
+    async def _emit_audio(self, resp: ActiveResponse, data: bytes, index: int) -> None:
+        """One audio delta in the session's output format. A resampling encoder may
+        hold samples back; they are counted with the delta that carries them."""
+        if not data:
+            return
+        samples, resp.unsent_samples = resp.unsent_samples, 0
         await self.emit.output(
             ResponseAudioDeltaEvent,
             resp.epoch,
             lane=resp.lane,
             counts_for=resp.item_id,
-            samples=len(pcm),
+            samples=samples,
             response_id=resp.id,
             item_id=resp.item_id,
             output_index=index,
             content_index=0,
-            delta=base64.b64encode(pcm.tobytes()).decode("ascii"),
+            delta=base64.b64encode(data).decode("ascii"),
         )
 
     def _on_response_finished(self, message: ResponseFinished) -> None:

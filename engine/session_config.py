@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from engine.audio_format import PCM24, AudioFormat
 from engine.turns import ServerVadParams
 from models.base import Tool
 from server.protocol import (
@@ -46,6 +47,8 @@ class SessionConfig:
     voice: str = "alloy"
     turn_detection: ServerVadParams | None = DEFAULT_VAD
     input_transcription: InputTranscription | None = None
+    input_format: AudioFormat = PCM24
+    output_format: AudioFormat = PCM24
     tools: tuple[Tool, ...] = ()
     tool_choice: str = "auto"  # auto, none, required, or a function's name
     max_output_tokens: int | Literal["inf"] = "inf"
@@ -118,16 +121,14 @@ def apply_update(
             )
         changes["voice"] = voice
 
-    _check_format(audio_in.format if audio_in else None, "session.audio.input.format", event_id)
-    _check_format(audio_out.format if audio_out else None, "session.audio.output.format", event_id)
-    for name in ("input_audio_format", "output_audio_format"):
-        value = getattr(patch, name)
-        if value is not None and value != "pcm16":
-            raise fail(
-                "unsupported_audio_format",
-                f"Audio format '{value}' is not supported yet; use 'pcm16'.",
-                f"session.{name}",
-            )
+    # Formats: GA nested (audio.input.format) or beta flat (input_audio_format).
+    for side, nested in (("input", audio_in), ("output", audio_out)):
+        fmt = _format(nested.format if nested else None, f"session.audio.{side}.format", event_id)
+        beta = getattr(patch, f"{side}_audio_format")
+        if fmt is None and beta is not None:
+            fmt = _format_beta(beta, f"session.{side}_audio_format", event_id)
+        if fmt is not None:
+            changes[f"{side}_format"] = fmt
     return replace(config, **changes)
 
 
@@ -179,17 +180,20 @@ def _turn_detection(
     return replace(defaults, **fields)
 
 
-def _check_format(fmt: AudioFormatIn | None, param: str, event_id: str | None) -> None:
+def _format(fmt: AudioFormatIn | None, param: str, event_id: str | None) -> AudioFormat | None:
     if fmt is None:
-        return
-    if fmt.type != "audio/pcm" or fmt.rate not in (None, PCM_RATE):
-        raise ProtocolError(
-            "unsupported_audio_format",
-            f"Audio format {fmt.type} at {fmt.rate or 'default'} Hz is not supported yet; "
-            f"use audio/pcm at {PCM_RATE} Hz.",
-            param,
-            event_id,
-        )
+        return None
+    try:
+        return AudioFormat.from_wire(fmt.type, fmt.rate)
+    except ValueError as exc:
+        raise ProtocolError("unsupported_audio_format", str(exc), param, event_id) from None
+
+
+def _format_beta(name: str, param: str, event_id: str | None) -> AudioFormat:
+    try:
+        return AudioFormat.from_beta(name)
+    except ValueError as exc:
+        raise ProtocolError("unsupported_audio_format", str(exc), param, event_id) from None
 
 
 def to_wire(config: SessionConfig) -> dict[str, Any]:
@@ -206,7 +210,6 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
             "interrupt_response": vad.interrupt_response,
             "idle_timeout_ms": vad.idle_timeout_ms,
         }
-    pcm = {"type": "audio/pcm", "rate": PCM_RATE}
     transcription: dict[str, Any] | None = None
     if config.input_transcription is not None:
         t = config.input_transcription
@@ -233,10 +236,10 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
         "tool_choice": _tool_choice_wire(config.tool_choice),
         "audio": {
             "input": {
-                "format": pcm,
+                "format": config.input_format.to_wire(),
                 "turn_detection": turn_detection,
                 "transcription": transcription,
             },
-            "output": {"format": pcm, "voice": config.voice},
+            "output": {"format": config.output_format.to_wire(), "voice": config.voice},
         },
     }

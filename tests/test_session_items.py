@@ -331,3 +331,51 @@ async def test_idle_timeout_prompts_after_silence() -> None:
         assert h.of("input_audio_buffer.committed")[-1]["item_id"] == timeout["item_id"]
         assert len(h.responses_done()) == 2
         assert not h.errors()
+
+
+async def test_g711_in_and_out_with_real_speech() -> None:
+    """μ-law in, A-law out, through a server_vad turn: the turn is found in the 8 kHz
+    input, and the answer's audio arrives as 8 kHz A-law."""
+    from engine.audio_format import PCMA, PCMU, InputDecoder, OutputEncoder, alaw_decode
+
+    async with Harness() as h:
+        await h.send(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "audio": {
+                        "input": {"format": {"type": "audio/pcmu"}},
+                        "output": {"format": {"type": "audio/pcma"}},
+                    },
+                },
+            }
+        )
+        speech = np.concatenate([silence(600), load_wav("weather"), silence(1000)])
+        ulaw = OutputEncoder(PCMU)
+        data = ulaw.encode(speech) + ulaw.flush()
+        for i in range(0, len(data), 160):  # 20 ms at 8 kHz, one byte a sample
+            await h.send(
+                {
+                    "type": "input_audio_buffer.append",
+                    "audio": base64.b64encode(data[i : i + 160]).decode(),
+                }
+            )
+        await h.settle()
+        session = h.of("session.updated")[-1]["session"]["audio"]
+        assert session["input"]["format"] == {"type": "audio/pcmu"}
+        assert session["output"]["format"] == {"type": "audio/pcma"}
+        started = h.of("input_audio_buffer.speech_started")[0]
+        assert 200 <= started["audio_start_ms"] <= 400  # speech at 600 ms, less 300 padding
+        done = h.responses_done()[0]
+        assert done["status"] == "completed"
+        assert done["audio"]["output"]["format"] == {"type": "audio/pcma"}
+        out = b"".join(base64.b64decode(e["delta"]) for e in h.of("response.output_audio.delta"))
+        words = len(done["output"][0]["content"][0]["transcript"].split())
+        assert len(out) == words * 800  # 100 ms chunks of 8 kHz A-law
+        tone = alaw_decode(out)
+        assert np.abs(tone.astype(np.int32)).max() > 500  # the scripted tone, not silence
+        # And the decoder the session used hears the same speech length back.
+        assert len(InputDecoder(PCMU).decode(data)) > len(speech) - 24 * 80
+        assert PCMA.rate == 8000
+        assert not h.errors()
