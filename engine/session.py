@@ -83,6 +83,7 @@ from engine.session_config import (
     PCM_RATE,
     SessionConfig,
     apply_update,
+    normalize_modalities,
     to_wire,
     tool_choice_name,
     tools_from_wire,
@@ -577,7 +578,7 @@ class Session:
                 "response.conversation",
                 event.event_id,
             )
-        modalities = r.output_modalities or r.modalities
+        modalities = normalize_modalities(r.output_modalities or r.modalities)
         if modalities is not None and len(modalities) != 1:
             raise p.ProtocolError(
                 "invalid_value",

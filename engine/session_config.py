@@ -69,6 +69,7 @@ def apply_update(
     if "instructions" in sent:
         changes["instructions"] = patch.instructions or ""
     modalities = patch.output_modalities if "output_modalities" in sent else patch.modalities
+    modalities = normalize_modalities(modalities)
     if modalities is not None:
         if len(modalities) != 1:
             raise fail(
@@ -130,6 +131,16 @@ def apply_update(
         if fmt is not None:
             changes[f"{side}_format"] = fmt
     return replace(config, **changes)
+
+
+def normalize_modalities(
+    modalities: list[Modality] | None,
+) -> list[Modality] | None:
+    """Beta clients ask for ["text", "audio"]: audio with its transcript, which is
+    what GA calls ["audio"]."""
+    if modalities is not None and set(modalities) == {"text", "audio"}:
+        return ["audio"]
+    return modalities
 
 
 def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:

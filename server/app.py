@@ -1,19 +1,33 @@
-"""The FastAPI application: health, model list and the realtime WebSocket."""
+"""The FastAPI application: health, model list, client secrets and the realtime
+WebSocket. Everything but /healthz needs a key when keys are configured."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
 from models.base import Executor
 from models.scripted import ScriptedExecutor
+from server.auth import (
+    MAX_BODY_BYTES,
+    ApiError,
+    KeyStore,
+    create_client_secret,
+    exposure_warning,
+    parse_client_secret_request,
+    presented_key,
+)
 from server.config import Settings
 from server.realtime import RealtimeEndpoint
+
+log = logging.getLogger(__name__)
 
 
 def make_executor(settings: Settings) -> Executor:
@@ -51,6 +65,8 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if warning := exposure_warning(settings.host, settings.api_keys):
+            log.warning(warning)
         try:
             yield
         finally:
@@ -58,9 +74,18 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
                 await model_executor.aclose()
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
-    endpoint = RealtimeEndpoint(settings, model_executor, make_vad_backend(settings))
+    keys = KeyStore(settings.api_keys)
+    endpoint = RealtimeEndpoint(settings, model_executor, make_vad_backend(settings), keys)
+    app.state.keys = keys
     app.state.endpoint = endpoint
     started = int(time.time())
+
+    @app.exception_handler(ApiError)
+    async def refuse(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), exc.status, exc.headers())
+
+    def api_key(request: Request) -> None:
+        keys.authenticate(presented_key(request.headers), websocket=False)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -68,7 +93,7 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
         queued = getattr(model_executor, "queued", 0)
         return {"status": "ok", "sessions": endpoint.sessions, "model_queue": queued}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=[Depends(api_key)])
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
@@ -76,6 +101,20 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
                 {"id": settings.model, "object": "model", "created": started, "owned_by": "parley"}
             ],
         }
+
+    @app.post("/v1/realtime/client_secrets", dependencies=[Depends(api_key)])
+    async def client_secrets(request: Request) -> dict[str, Any]:
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise ApiError(413, "request_too_large", "The request body is too large.")
+        return create_client_secret(
+            keys,
+            parse_client_secret_request(body),
+            default_model=settings.model,
+            default_ttl_s=settings.ephemeral_ttl_s,
+        )
 
     app.add_api_websocket_route("/v1/realtime", endpoint.handle)
     return app

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from models.errors import ModelMissing
 from server.app import create_app
+from server.auth import exposure_warning
 from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
 
 
@@ -44,6 +45,7 @@ _FLAGS = (
     "tts_voice",
     "vad_backend",
     "log_level",
+    "max_sessions",
 )
 _ENV_ONLY = [name for name in Settings.model_fields if name not in _FLAGS]
 
@@ -85,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=get_args(LogLevel),
         help="log level (PARLEY_LOG_LEVEL, default info)",
     )
+    serve.add_argument(
+        "--max-sessions",
+        type=int,
+        help="concurrent realtime sessions; more are closed with 1013, try again later "
+        "(PARLEY_MAX_SESSIONS, default unlimited)",
+    )
     commands.add_parser("models", help="list the bundled models: sizes, licences, sources")
     args = parser.parse_args(argv)
     if args.command == "models":
@@ -98,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn's "trace" is below DEBUG; the standard library does not know it.
     level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    warn_if_exposed(settings)
     try:
         config = uvicorn_config(settings)
     except ModelMissing as exc:
@@ -107,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     server = uvicorn.Server(config)
     server.run()
     return 0 if server.started else 3
+
+
+def warn_if_exposed(settings: Settings) -> None:
+    """Serving without keys beyond loopback is allowed, but never quietly. (The app
+    logs the same warning, for servers started without this command.)"""
+    if warning := exposure_warning(settings.host, settings.api_keys):
+        bar = "!" * 72
+        print(f"{bar}\nparley: WARNING: {warning}\n{bar}", file=sys.stderr)
 
 
 def print_models() -> int:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 VadBackendName = Literal["silero", "webrtc"]
@@ -45,8 +45,29 @@ class Settings(BaseSettings):
     # gives webrtcvad false or merged turns (bench/vad_backends.py).
     vad_backend: VadBackendName = "silero"
     log_level: LogLevel = "info"
+    # Keys clients must present (PARLEY_API_KEYS=key1,key2). None: anyone may
+    # connect, which is meant for a loopback address only.
+    api_keys: Annotated[list[str], NoDecode] = []
+    # Concurrent realtime sessions; one more is closed with 1013 (try again later).
+    max_sessions: int | None = Field(default=None, ge=1)
+    # Lifetime of a client secret made without `expires_after` (OpenAI's default).
+    ephemeral_ttl_s: int = Field(default=600, ge=10, le=7200)
 
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [key.strip() for key in value.split(",") if key.strip()]
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _not_ephemeral(cls, keys: list[str]) -> list[str]:
+        if any(key.startswith("ek_") for key in keys):
+            raise ValueError("API keys must not start with 'ek_', the ephemeral key prefix")
+        return keys

@@ -11,12 +11,15 @@ import contextlib
 import logging
 
 from fastapi import WebSocket
+from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from engine.emitter import OutboxOverflow
 from engine.session import EngineLimits, Session
 from engine.vad import VadBackend
 from models.base import Executor
+from server.auth import ApiError, KeyStore, presented_key
+from server.beta import BETA_HEADER, to_beta_text, wants_beta
 from server.config import Settings
 from server.protocol import ProtocolError, parse_client_event
 
@@ -28,34 +31,73 @@ SUBPROTOCOL = "realtime"
 
 
 class RealtimeEndpoint:
-    def __init__(self, settings: Settings, executor: Executor, vad: VadBackend) -> None:
+    def __init__(
+        self, settings: Settings, executor: Executor, vad: VadBackend, keys: KeyStore
+    ) -> None:
         self.settings = settings
         self.executor = executor
         self.vad = vad
+        self.keys = keys
         self.sessions = 0
+        # Set while no session is open (for tests and graceful shutdown).
+        self.drained = asyncio.Event()
+        self.drained.set()
 
     async def handle(self, ws: WebSocket, model: str | None = None) -> None:
         offered = ws.scope.get("subprotocols") or []
-        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-        session = Session(
-            self.executor,
-            self.vad,
-            model=model or self.settings.model,
-            limits=EngineLimits(max_buffer_ms=self.settings.max_buffer_ms),
-        )
+        try:
+            ephemeral = self.keys.authenticate(presented_key(ws.headers, offered), websocket=True)
+        except ApiError as refusal:
+            await _deny(ws, refusal)
+            return
+        subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
+        # A beta client (`OpenAI-Beta: realtime=v1`) is answered in beta names.
+        beta = wants_beta(ws.headers.get(BETA_HEADER), offered)
+        limit = self.settings.max_sessions
+        if limit is not None and self.sessions >= limit:
+            # Accepted first so the client gets a close code it can act on; the
+            # ephemeral key is left unused for the retry.
+            await ws.accept(subprotocol=subprotocol)
+            await ws.close(code=1013, reason=f"At capacity ({limit} sessions); try again later.")
+            return
+        # From authentication to here nothing awaits, so concurrent handshakes cannot
+        # both take the last slot, nor both use one ephemeral key.
+        if ephemeral is not None:
+            self.keys.consume(ephemeral)
         self.sessions += 1
+        self.drained.clear()
+        try:
+            await ws.accept(subprotocol=subprotocol)
+            session = Session(
+                self.executor,
+                self.vad,
+                model=ephemeral.model if ephemeral else model or self.settings.model,
+                limits=EngineLimits(max_buffer_ms=self.settings.max_buffer_ms),
+                preset=ephemeral.preset if ephemeral else None,
+            )
+            close_code = await self._run(ws, session, beta)
+        finally:
+            self.sessions -= 1
+            if not self.sessions:
+                self.drained.set()
+        if ws.client_state is WebSocketState.CONNECTED:
+            with contextlib.suppress(Exception):
+                await ws.close(code=close_code)
+
+    async def _run(self, ws: WebSocket, session: Session, beta: bool) -> int:
+        """Serve the session until it, the reader or the writer ends; the close code."""
         runner = asyncio.create_task(session.run(), name=f"session:{session.session_id}")
-        writer = asyncio.create_task(self._write(ws, session), name="writer")
+        writer = asyncio.create_task(self._write(ws, session, beta), name="writer")
         reader = asyncio.create_task(self._read(ws, session), name="reader")
         try:
             done, _ = await asyncio.wait(
                 {runner, writer, reader}, return_when=asyncio.FIRST_COMPLETED
             )
-            close_code = 1000
             if runner in done and isinstance(runner.exception(), OutboxOverflow):
-                close_code = 1008
-            elif any(t.exception() for t in done if not t.cancelled()):
-                close_code = 1011
+                return 1008
+            if any(t.exception() for t in done if not t.cancelled()):
+                return 1011
+            return 1000
         finally:
             reader.cancel()
             session.close()
@@ -63,10 +105,6 @@ class RealtimeEndpoint:
                 await asyncio.wait_for(asyncio.shield(runner), timeout=2.0)
             runner.cancel()
             writer.cancel()
-            self.sessions -= 1
-        if ws.client_state is WebSocketState.CONNECTED:
-            with contextlib.suppress(Exception):
-                await ws.close(code=close_code)
 
     async def _read(self, ws: WebSocket, session: Session) -> None:
         limit = self.settings.max_message_bytes
@@ -90,9 +128,24 @@ class RealtimeEndpoint:
                     continue
                 await session.submit(event)
 
-    async def _write(self, ws: WebSocket, session: Session) -> None:
+    async def _write(self, ws: WebSocket, session: Session, beta: bool) -> None:
         while True:
             event = await session.outbox.get()
             if event is None:
                 return
-            await ws.send_text(event.text)
+            text = to_beta_text(event.text) if beta else event.text
+            if text is not None:  # None: no beta equivalent
+                await ws.send_text(text)
+
+
+async def _deny(ws: WebSocket, refusal: ApiError) -> None:
+    """Refuse the handshake with an HTTP status and the error envelope, before the
+    upgrade, so clients see 401/403 rather than an opened-then-closed socket."""
+    log.info("realtime handshake refused: %s %s", refusal.status, refusal.code)
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        response = JSONResponse(refusal.body(), refusal.status, refusal.headers())
+        await ws.send_denial_response(response)
+    else:
+        # Without ASGI's denial-response extension, a close before accept is the only
+        # refusal there is; the server answers it with a bare 403.
+        await ws.close(code=1008)

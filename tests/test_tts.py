@@ -221,8 +221,10 @@ def test_piper_newlines_make_one_sentence(piper: PiperSynthesizer, whisper: Whis
     answered the next call."""
     audio = piper.synthesize("Good morning.\nHow are you today?")
     assert wer("Good morning. How are you today?", hear(whisper, audio, 22_050)) <= 0.2
-    after = piper.synthesize("Goodbye.")
-    assert wer("Goodbye.", hear(whisper, after, 22_050)) == 0
+    after = hear(whisper, piper.synthesize("Goodbye."), 22_050).lower()
+    # Its own audio, not the tail of the request before (Piper's voice varies a
+    # little run to run, and Whisper writes "goodbye" or "good bye").
+    assert "bye" in after and "morning" not in after and "how are" not in after
 
 
 def test_piper_nothing_to_say(piper: PiperSynthesizer) -> None:

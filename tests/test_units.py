@@ -85,11 +85,11 @@ def test_null_turn_detection_disables_and_absent_keeps() -> None:
     ("session", "code", "param"),
     [
         ({"model": "other"}, "invalid_value", "session.model"),
-        ({"output_modalities": ["text", "audio"]}, "invalid_value", "session.output_modalities"),
+        ({"output_modalities": ["text", "text"]}, "invalid_value", "session.output_modalities"),
         (
-            {"input_audio_format": "g711_ulaw"},
+            {"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
             "unsupported_audio_format",
-            "session.input_audio_format",
+            "session.audio.input.format",
         ),
     ],
 )
@@ -97,6 +97,13 @@ def test_session_update_refusals(session: dict[str, object], code: str, param: s
     with pytest.raises(ProtocolError) as info:
         apply_update(BASE, update(session).session, audio_started=False)
     assert (info.value.code, info.value.param) == (code, param)
+
+
+def test_beta_text_and_audio_modalities_mean_audio() -> None:
+    patch = update({"modalities": ["text", "audio"], "output_audio_format": "g711_alaw"})
+    config = apply_update(BASE, patch.session, audio_started=False)
+    assert config.output_modalities == ("audio",)
+    assert config.output_format.kind == "pcma"
 
 
 def test_voice_is_fixed_once_the_assistant_spoke() -> None:

@@ -1,0 +1,250 @@
+"""API keys, ephemeral client secrets, and refusals in OpenAI's error envelope.
+
+Real keys come from the settings (PARLEY_API_KEYS). Ephemeral keys (`ek_…`) are made
+by `POST /v1/realtime/client_secrets` for a browser that must not hold a real key:
+each opens one WebSocket, before it expires, with the session configuration fixed
+when it was made. With no real keys configured the server is open, which is meant
+for a loopback address only (`exposure_warning`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.session_config import SessionConfig, apply_update, to_wire
+from server.protocol import ProtocolError, SessionIn, validation_error
+
+EPHEMERAL_PREFIX = "ek_"
+# Browsers cannot set headers, so they offer the key as a subprotocol.
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
+# Outstanding ephemeral keys held in memory; more are refused until some are used or
+# expire, so a client minting in a loop cannot exhaust the server's memory.
+MAX_OUTSTANDING = 10_000
+MAX_BODY_BYTES = 1024 * 1024
+
+
+@dataclass
+class ApiError(Exception):
+    """An HTTP refusal: a status and OpenAI's `{"error": {...}}` body."""
+
+    status: int
+    code: str | None
+    message: str
+    param: str | None = None
+    type: str = "invalid_request_error"
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "type": self.type,
+                "code": self.code,
+                "message": self.message,
+                "param": self.param,
+            }
+        }
+
+    def headers(self) -> dict[str, str] | None:
+        return {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+
+
+def presented_key(headers: Mapping[str, str], subprotocols: Sequence[str] = ()) -> str | None:
+    """The key from `Authorization: Bearer …` (what the SDKs send), else from the
+    browser's `openai-insecure-api-key.…` subprotocol."""
+    scheme, _, credentials = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    for offered in subprotocols:
+        if offered.startswith(KEY_SUBPROTOCOL) and len(offered) > len(KEY_SUBPROTOCOL):
+            return offered[len(KEY_SUBPROTOCOL) :]
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # any other host name may resolve to a public address
+
+
+def exposure_warning(host: str, api_keys: Sequence[str]) -> str | None:
+    """What to warn about when serving without keys beyond this machine, else None."""
+    if api_keys or is_loopback(host):
+        return None
+    return (
+        f"serving on {host} with no API keys: anyone who can reach this address can "
+        "use the server. Set PARLEY_API_KEYS=key1,key2 or serve on 127.0.0.1."
+    )
+
+
+@dataclass(frozen=True)
+class EphemeralKey:
+    value: str
+    expires_at: int  # unix seconds
+    model: str
+    preset: SessionIn | None
+
+
+def _digest(value: str) -> str:
+    # Looked up by digest, so the dictionary never compares secrets byte by byte.
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+class KeyStore:
+    """The configured keys and the outstanding ephemeral ones (in memory).
+
+    `now` is the clock for expiry (unix seconds); tests replace it to expire keys
+    without waiting.
+    """
+
+    def __init__(
+        self,
+        api_keys: Sequence[str],
+        *,
+        now: Callable[[], float] = time.time,
+        limit: int = MAX_OUTSTANDING,
+    ) -> None:
+        self._api_keys = [key.encode() for key in api_keys]
+        self.now = now
+        self.limit = limit
+        self._ephemeral: dict[str, EphemeralKey] = {}
+
+    @property
+    def open(self) -> bool:
+        return not self._api_keys
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._ephemeral)
+
+    def authenticate(self, key: str | None, *, websocket: bool) -> EphemeralKey | None:
+        """Check a presented key without using it up: returns the ephemeral key it
+        names (None for a real key, or none on an open server), or raises ApiError.
+        Ephemeral keys are good for the realtime WebSocket only."""
+        if self.open and not websocket:
+            return None
+        if key is not None and key.startswith(EPHEMERAL_PREFIX):
+            found = self._ephemeral.get(_digest(key))
+            # Checked even on an open server: the client asked for the preset session,
+            # and a default one in its place would be a silent surprise.
+            if found is None or self.now() >= found.expires_at:
+                raise ApiError(
+                    401, "invalid_api_key", "The ephemeral key is unknown, expired or used up."
+                )
+            if not websocket:
+                raise ApiError(
+                    403,
+                    "insufficient_permissions",
+                    "Ephemeral keys only open /v1/realtime; use an API key here.",
+                )
+            return found
+        if self.open:
+            return None
+        if key is None:
+            raise ApiError(
+                401,
+                "missing_api_key",
+                "No API key provided: send 'Authorization: Bearer <key>'.",
+            )
+        if not self._is_api_key(key):
+            raise ApiError(401, "invalid_api_key", "Incorrect API key provided.")
+        return None
+
+    def consume(self, key: EphemeralKey) -> None:
+        """Use up an ephemeral key: it opens one connection only."""
+        self._ephemeral.pop(_digest(key.value), None)
+
+    def issue(self, model: str, preset: SessionIn | None, ttl_s: int) -> EphemeralKey:
+        self._purge()
+        if len(self._ephemeral) >= self.limit:
+            raise ApiError(
+                429,
+                "rate_limit_exceeded",
+                f"{self.limit} client secrets are outstanding; use or let some expire first.",
+                type="requests",
+            )
+        value = EPHEMERAL_PREFIX + secrets.token_urlsafe(32)
+        key = EphemeralKey(value, int(self.now()) + ttl_s, model, preset)
+        self._ephemeral[_digest(value)] = key
+        return key
+
+    def _is_api_key(self, key: str) -> bool:
+        # Compared with every configured key in constant time, so the timing gives
+        # away neither how much of a key matched nor which one did.
+        candidate = key.encode()
+        matched = False
+        for known in self._api_keys:
+            matched |= hmac.compare_digest(candidate, known)
+        return matched
+
+    def _purge(self) -> None:
+        now = self.now()
+        expired = [d for d, key in self._ephemeral.items() if now >= key.expires_at]
+        for digest in expired:
+            del self._ephemeral[digest]
+
+
+# --- POST /v1/realtime/client_secrets -----------------------------------------------
+
+
+class _ExpiresAfter(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    anchor: Literal["created_at"] = "created_at"
+    seconds: int = Field(ge=10, le=7200)  # OpenAI's bounds
+
+
+class ClientSecretRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    expires_after: _ExpiresAfter | None = None
+    session: SessionIn | None = None
+
+
+def parse_client_secret_request(body: bytes) -> ClientSecretRequest:
+    """The request body, or ApiError 400 naming the offending `param`."""
+    try:
+        raw = json.loads(body) if body.strip() else {}
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid_json", "The request body is not valid JSON.") from None
+    if not isinstance(raw, dict):
+        raise ApiError(400, "invalid_json", "The request body must be a JSON object.")
+    try:
+        return ClientSecretRequest.model_validate(raw)
+    except ValidationError as exc:
+        raise _bad_request(validation_error(exc, None)) from None
+
+
+def create_client_secret(
+    keys: KeyStore, request: ClientSecretRequest, *, default_model: str, default_ttl_s: int
+) -> dict[str, Any]:
+    """Mint an ephemeral key for `request.session`, shaped as the SDK's
+    `ClientSecretCreateResponse`. The session is checked the way `session.update`
+    is, so a bad one fails here (400) rather than at connect time."""
+    preset = request.session
+    # The key fixes the model too: the session it opens uses this one whatever the
+    # client puts in `?model=`, so the preset always applies cleanly.
+    model = preset.model if preset and preset.model else default_model
+    config = SessionConfig(model=model)
+    if preset is not None:
+        try:
+            config = apply_update(config, preset, audio_started=False)
+        except ProtocolError as exc:
+            raise _bad_request(exc) from None
+    ttl = request.expires_after.seconds if request.expires_after else default_ttl_s
+    key = keys.issue(model, preset, ttl)
+    session = {"id": "sess_" + secrets.token_hex(12), "object": "realtime.session"}
+    return {"value": key.value, "expires_at": key.expires_at, "session": session | to_wire(config)}
+
+
+def _bad_request(exc: ProtocolError) -> ApiError:
+    return ApiError(400, exc.code, exc.message, exc.param, exc.type)
