@@ -10,12 +10,14 @@ with the `url` and `headers` connect options.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from agents import FunctionTool, function_tool
 from agents.realtime import (
     OpenAIRealtimeWebSocketModel,
     RealtimeAgent,
@@ -27,6 +29,7 @@ from agents.realtime.items import (
     AssistantMessageItem,
     InputAudio,
     RealtimeItem,
+    RealtimeToolCallItem,
     UserMessageItem,
 )
 
@@ -39,9 +42,9 @@ MODEL = "parley-scripted"
 CHUNK = 480  # 20 ms at 24 kHz
 
 
-async def start(server: RunningServer) -> RealtimeSession:
+async def start(server: RunningServer, tools: list[FunctionTool] | None = None) -> RealtimeSession:
     runner = RealtimeRunner(
-        RealtimeAgent(name="assistant", instructions="Answer briefly."),
+        RealtimeAgent(name="assistant", instructions="Answer briefly.", tools=tools or []),
         model=OpenAIRealtimeWebSocketModel(),
     )
     return await runner.run(
@@ -183,3 +186,72 @@ async def test_agents_sdk_barge_in_truncates_and_answers_again(
     ]
     assert [d["status"] for d in dones] == ["cancelled", "completed"]
     assert dones[0]["status_details"]["reason"] == "turn_detected"
+
+
+async def test_agents_sdk_runs_a_function_tool_and_answers_with_its_output(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The SDK sends the agent's tools in its session.update; the scripted executor
+    # calls the first one with {"samples": <samples of the user turn>}, the SDK runs
+    # it here, sends a function_call_output item and asks for the answer itself.
+    forecast = "sunny and 21 degrees"
+    calls: list[int] = []
+
+    @function_tool
+    def get_weather(samples: int) -> str:
+        """Tell the weather where the user is."""
+        calls.append(samples)
+        return forecast
+
+    caplog.set_level(logging.ERROR, logger="openai.agents")
+    seen: list[RealtimeSessionEvent] = []
+    async with await start(server, tools=[get_weather]) as session:
+        sender = asyncio.create_task(send_speech(session, "weather"))
+        await events_until(
+            session,
+            seen,
+            lambda: count(seen, "agent_end") == 2 and user_transcript(seen) is not None,
+        )
+        await asyncio.wait_for(sender, TIMEOUT_S)
+    items = history(seen)
+
+    assert_no_errors(seen, caplog)
+    heard = user_transcript(seen)
+    assert heard is not None and heard.startswith("audio of ")
+    samples = int(heard.split()[2])
+    assert samples > 0
+    # The tool ran once, with the arguments the server sent.
+    assert calls == [samples]
+    starts = [e for e in seen if e.type == "tool_start"]
+    ends = [e for e in seen if e.type == "tool_end"]
+    assert len(starts) == 1 and len(ends) == 1
+    assert starts[0].tool.name == "get_weather"
+    assert json.loads(starts[0].arguments) == {"samples": samples}
+    assert ends[0].output == forecast
+
+    types = server_event_types(seen)
+    assert "response.function_call_arguments.done" in types
+    assert types.count("response.done") == 2
+    dones = [
+        e.data.data["response"]
+        for e in seen
+        if e.type == "raw_model_event"
+        and e.data.type == "raw_server_event"
+        and e.data.data["type"] == "response.done"
+    ]
+    assert [d["status"] for d in dones] == ["completed", "completed"]
+    assert [o["type"] for o in dones[0]["output"]] == ["function_call"]
+
+    # History: the user's turn, the completed call with its output, then the answer.
+    tool_items = [i for i in items if isinstance(i, RealtimeToolCallItem)]
+    assert len(tool_items) == 1
+    assert tool_items[0].name == "get_weather"
+    assert json.loads(tool_items[0].arguments) == {"samples": samples}
+    assert tool_items[0].output == forecast
+    assert tool_items[0].status == "completed"
+    assistant = [i for i in items if isinstance(i, AssistantMessageItem)]
+    assert len(assistant) == 1
+    answer = assistant[0].content[0]
+    assert answer.type == "audio" and answer.transcript == f"The tool said {forecast}."
+    assert assistant[0].status == "completed"
+    assert [type(i) for i in items] == [UserMessageItem, RealtimeToolCallItem, AssistantMessageItem]
