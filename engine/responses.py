@@ -14,6 +14,7 @@ from engine.conversation import Item, TranscriptMark
 from models.base import Tool
 
 Modality = Literal["text", "audio"]
+CancelReason = Literal["turn_detected", "client_cancelled"]
 CONVERSATION = "conversation"  # the output lane of the default conversation
 
 
@@ -105,3 +106,11 @@ def response_wire(
     if resp.audio_out:
         wire["audio"] = {"output": {"format": audio_format, "voice": voice}}
     return wire
+
+
+@dataclass(frozen=True)
+class ResponseFinished:
+    """Mailbox message: a response task's stream ended (with `error` if it failed)."""
+
+    response: ActiveResponse
+    error: BaseException | None

@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from engine.emitter import OutboxOverflow
-from engine.session import EngineLimits, Session
+from engine.limits import EngineLimits
+from engine.session import Session
 from engine.vad import VadBackend
 from models.base import Executor
 from server.auth import ApiError, KeyStore, presented_key

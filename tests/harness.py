@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.session import EngineLimits, Session
+from engine.limits import EngineLimits
+from engine.session import Session
 from engine.vad import VadBackend, WebRtcVadBackend
 from models.base import Executor
 from models.scripted import ScriptedExecutor

@@ -167,7 +167,7 @@ async def test_commit_of_an_empty_or_tiny_buffer() -> None:
 
 
 async def test_manual_buffer_is_bounded() -> None:
-    from engine.session import EngineLimits
+    from engine.limits import EngineLimits
 
     async with Harness(limits=EngineLimits(max_buffer_ms=1000)) as h:
         await h.send(MANUAL)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.session import EngineLimits
+from engine.limits import EngineLimits
 from models.scripted import ScriptedExecutor
 from tests.audio_fixtures import load_wav, silence
 from tests.harness import Harness

@@ -1,0 +1,18 @@
+"""Bounds a session keeps to: nothing it holds grows without one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.session_config import PCM_RATE
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_buffer_ms: int = 15 * 60 * 1000  # uncommitted input audio
+    min_commit_ms: int = 100  # as OpenAI: a manual commit needs this much audio
+    abort_timeout_s: float = 0.5  # bounded wait for the model to acknowledge an abort
+    vad_offload_samples: int = PCM_RATE  # appends longer than this run VAD in a thread
+    mailbox_slots: int = 64  # client events queued before the reader waits
+    outbox_limit: int = 256
+    outbox_reserve: int = 64
