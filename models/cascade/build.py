@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from models.cascade.asr import ModelInfo, WhisperRecognizer, base_dir, dir_size, tiny_en_dir
+import numpy as np
+
+from models.cascade.asr import (
+    WHISPER_RATE,
+    ModelInfo,
+    WhisperRecognizer,
+    base_dir,
+    dir_size,
+    tiny_en_dir,
+)
 from models.cascade.llm import Ct2LanguageModel, bundled_gguf
 from models.cascade.pipeline import CascadeExecutor
+from models.cascade.text import ChatMessage
 from models.cascade.tts import (
     FliteSynthesizer,
     PiperSynthesizer,
@@ -49,6 +61,7 @@ def build_cascade(options: CascadeOptions) -> CascadeExecutor:
     asr = WhisperRecognizer(options.asr_model)
     llm = Ct2LanguageModel(options.llm_model)
     tts = make_synthesizer(options)
+    warm_up(asr, llm, tts)
     log.info("cascade ready: %s, %s, %s", asr.name, llm.name, tts.name)
     return CascadeExecutor(
         asr,
@@ -57,6 +70,23 @@ def build_cascade(options: CascadeOptions) -> CascadeExecutor:
         concurrency=options.concurrency,
         max_output_tokens=options.max_output_tokens,
     )
+
+
+def warm_up(asr: WhisperRecognizer, llm: Ct2LanguageModel, tts: Synthesizer) -> float:
+    """Run each stage once before the first user does: the first call of each
+    pays for lazy loading (Piper's worker process alone took 2.2 s), which would
+    otherwise land on the first answer. Returns the seconds it took."""
+    began = time.monotonic()
+    asr.transcribe(np.zeros(WHISPER_RATE, np.int16), WHISPER_RATE)
+    for _ in llm.stream([ChatMessage("user", "Hi")], max_tokens=1, stop=threading.Event()):
+        pass
+    if isinstance(tts, PiperSynthesizer):
+        tts.start()
+    else:
+        tts.synthesize("Ready.")
+    took = time.monotonic() - began
+    log.info("models warmed up in %.1f s", took)
+    return took
 
 
 def _package_info(
