@@ -80,3 +80,19 @@ def test_chatml_leaves_the_assistant_turn_open() -> None:
 )
 def test_loop_guard(text: str, loop: bool) -> None:
     assert is_degenerate(text) is loop
+
+
+def test_keep_recent_history_window() -> None:
+    from models.cascade.text import keep_recent
+
+    chat = [
+        ChatMessage("system", "S"),
+        ChatMessage("user", "q1"),
+        ChatMessage("assistant", "a1"),
+        ChatMessage("user", "q2"),
+    ]
+    assert keep_recent(chat, 0) == [chat[0], chat[3]]
+    assert keep_recent(chat, 1) == [chat[0], chat[3]]  # never resume on an answer
+    assert keep_recent(chat, 2) == chat
+    assert keep_recent(chat, 8) == chat
+    assert keep_recent(chat[:1], 3) == chat[:1]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from models.cascade.asr import ModelInfo, cache_dir, dir_size
-from models.cascade.text import ChatMessage, is_degenerate, render_chatml
+from models.cascade.text import ChatMessage, is_degenerate, keep_recent, render_chatml
 from models.errors import ModelMissing
 
 log = logging.getLogger(__name__)
@@ -101,11 +101,18 @@ class Ct2LanguageModel:
         # Off: the model writes numbers digit by digit, and blocking repeated
         # n-grams corrupts them ("3,000,001"). `is_degenerate` catches loops.
         no_repeat_ngram_size: int = 0,
+        history_turns: int | None = None,
     ) -> None:
         import ctranslate2
         import tokenizers
 
+        bundled = gguf is None
         self.gguf = gguf or bundled_gguf()
+        # Earlier messages kept before the latest user turn. With any history the
+        # bundled 135M model echoes an earlier question instead of answering ("Tell
+        # me a joke." after a weather exchange got "What's the weather like?"), so it
+        # sees the latest turn only; a model you bring gets the last 8 messages.
+        self.history_turns = history_turns if history_turns is not None else (0 if bundled else 8)
         if not self.gguf.is_file():
             raise ModelMissing(f"Model file {self.gguf} does not exist.", "pass an existing .gguf")
         self.name = self.gguf.stem
@@ -121,7 +128,7 @@ class Ct2LanguageModel:
     def stream(
         self, messages: Sequence[ChatMessage], *, max_tokens: int, stop: threading.Event
     ) -> Iterator[str]:
-        prompt = render_chatml(list(messages))
+        prompt = render_chatml(keep_recent(list(messages), self.history_turns))
         tokens = self._tokenizer.encode(prompt, add_special_tokens=False).tokens
         ids: list[int] = []
         text = ""

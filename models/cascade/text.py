@@ -47,6 +47,16 @@ def chat_messages(
     return [ChatMessage("system", system), *messages]
 
 
+def keep_recent(messages: list[ChatMessage], history: int) -> list[ChatMessage]:
+    """The system message, `history` earlier messages, and the latest message."""
+    system = [m for m in messages[:1] if m.role == "system"]
+    rest = messages[len(system) :]
+    kept = rest[-(history + 1) :] if rest else []
+    while len(kept) > 1 and kept[0].role == "assistant":
+        kept.pop(0)  # a chat resumes with the user
+    return system + kept
+
+
 def render_chatml(messages: list[ChatMessage]) -> str:
     """ChatML, the template SmolLM2 and Qwen were trained on, ending with the
     assistant's turn open."""
