@@ -283,40 +283,44 @@ class Session(ResponsesMixin):
         return detector
 
     async def _on_append(self, event: p.InputAudioBufferAppend) -> None:
-        try:
-            pcm = self.decoder.decode(event.pcm)
-        except ValueError as exc:  # e.g. an odd byte count for 16-bit PCM
-            raise p.ProtocolError(
-                "invalid_value", f"Invalid value for 'audio': {exc}", "audio", event.event_id
-            ) from None
-        cap = self.buffer.ms_to_pos(self.limits.max_buffer_ms)
-        if self.detector is None and len(self.buffer) + len(pcm) > cap:
+        incoming_ms = self.config.input_format.ms_of(len(event.pcm))
+        if (
+            self.detector is None
+            and self.buffer.pos_to_ms(len(self.buffer)) + incoming_ms > self.limits.max_buffer_ms
+        ):
+            # Refused before decoding, so the decoder's state holds nothing of it.
             raise p.ProtocolError(
                 "input_audio_buffer_full",
                 f"The input audio buffer holds at most {self.limits.max_buffer_ms} ms; "
                 "commit or clear it first.",
                 event_id=event.event_id,
             )
+        try:
+            pcm = self.decoder.decode(event.pcm)
+        except ValueError as exc:  # e.g. an odd byte count for 16-bit PCM
+            raise p.ProtocolError(
+                "invalid_value", f"Invalid value for 'audio': {exc}", "audio", event.event_id
+            ) from None
         self.buffer.append(pcm)
-        if self.detector is None:
+        detector = self.detector  # only this task replaces it, and not while here
+        if detector is None:
             return
         if len(pcm) > self.limits.vad_offload_samples:
             frames = await asyncio.to_thread(self.vad.process, pcm)
         else:
             frames = self.vad.process(pcm)
-        for turn_event in self.detector.feed(frames):
+        for turn_event in detector.feed(frames):
             await self._on_turn_event(turn_event)
-        if self.detector is None:  # the VAD turned itself off? (never today)
-            return
-        if not self.detector.in_speech:
+        if not detector.in_speech:
             self._check_idle_timeout()
             # Idle: keep only what a future turn's prefix padding can reach.
             keep_ms = (
                 self.config.turn_detection.prefix_padding_ms if self.config.turn_detection else 0
             )
             self.buffer.discard_before(self.buffer.end - self.buffer.ms_to_pos(keep_ms + 500))
-        elif len(self.buffer) > cap:
-            stop = self.detector.force_stop(self.buffer.pos_to_ms(self.buffer.end))
+        elif len(self.buffer) > self.buffer.ms_to_pos(self.limits.max_buffer_ms):
+            # A turn longer than the buffer holds (noise the VAD calls speech): end it.
+            stop = detector.force_stop(self.buffer.pos_to_ms(self.buffer.end))
             if stop is not None:
                 await self._on_turn_event(stop)
 

@@ -256,3 +256,23 @@ def test_append_audio_round_trip() -> None:
     assert np.array_equal(
         np.frombuffer(base64.b64decode(base64.b64encode(pcm.tobytes())), "<i2"), pcm
     )
+
+
+async def test_endless_speech_is_cut_at_the_buffer_bound() -> None:
+    """A VAD that never hears silence (noise it takes for speech) must not grow the
+    buffer without bound: the turn is ended at the limit and answered."""
+    from engine.limits import EngineLimits
+    from engine.vad import ScriptedScorer
+
+    async with Harness(
+        vad=ScriptedScorer(lambda i: 1.0), limits=EngineLimits(max_buffer_ms=2000)
+    ) as h:
+        for _ in range(40):  # 4 s of "speech" in 100 ms appends
+            await h.append(silence(100))
+        await h.settle()
+        assert len(h.of("input_audio_buffer.committed")) >= 1
+        stopped = h.of("input_audio_buffer.speech_stopped")[0]
+        started = h.of("input_audio_buffer.speech_started")[0]
+        assert stopped["audio_end_ms"] - started["audio_start_ms"] <= 2200
+        assert len(h.session.buffer) <= 24 * 2200
+        assert not h.errors()
