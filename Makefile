@@ -27,11 +27,20 @@ $(VENV)/.installed-dev: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS)
 	touch $@ $(VENV)/.installed-run
 
-# Debian packages the tests use: flite, the fallback voice when Piper is absent.
+# Debian packages the tests use: flite, the fallback voice when Piper is absent;
+# chromium, the browser tests/test_browser.py drives (they skip loudly without it,
+# and fail in CI).
 system-deps:
 	@command -v flite >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq flite; \
 	  else echo "Install flite first: sudo apt-get install flite"; exit 1; fi; }
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else echo "WARNING: no /usr/bin/chromium, the browser tests will skip: sudo apt-get install chromium"; fi; }
+	@# A Compose client validates docker/compose.yaml (tests/test_deploy.py); no engine needed.
+	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq docker-compose; \
+	  else echo "Install a Compose client first: sudo apt-get install docker-compose"; exit 1; fi; }
 
 run: $(VENV)/.installed-run
 	$(BIN)/parley serve --host $(HOST) --port $(PORT)
@@ -40,16 +49,23 @@ test: $(VENV)/.installed-dev system-deps
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check server engine models tests
-	$(BIN)/ruff format --check server engine models tests
+	$(BIN)/ruff check server engine models tests bench
+	$(BIN)/ruff format --check server engine models tests bench
 	$(BIN)/mypy
 
-# Voice-to-voice latency of the embedded pipeline and turn detection per VAD backend;
-# tables on stdout, JSON in bench/results/ (docs/performance.md).
+$(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS)
+	touch $@ $(VENV)/.installed-run
+
+# Voice-to-voice latency of the embedded pipeline, turn detection per VAD backend, and
+# capacity under load beside the floor (about 8 minutes on 2 cores); tables on stdout,
+# JSON and a plot in bench/results/ (docs/performance.md).
 .PHONY: bench
-bench: $(VENV)/.installed-run
+bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.voice_to_voice
 	$(BIN)/python -m bench.vad_backends
+	$(BIN)/python -m bench.load
 
 # Regenerates the committed speech fixtures (needs Debian's espeak-ng and sox).
 fixtures:

@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
-import importlib.metadata
 import json
 import logging
 import os
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -41,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.machine import cpu_seconds
+from bench.machine import machine as machine_facts
 from bench.vad_backends import speech_extent_ms
 from engine.session import Session
 from engine.session_config import DEFAULT_VAD
@@ -287,60 +286,8 @@ def summarize(runs: list[Run]) -> dict[str, dict[str, float | None]]:
     }
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine() -> dict[str, Any]:
-    versions: dict[str, str | None] = {}
-    for package in PACKAGES:
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = None
-    return {
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "packages": versions,
-        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def _proc_stat(pid: str) -> tuple[int, int] | None:
-    """(parent pid, clock ticks of CPU used by `pid` and its reaped children)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)"
-    return int(fields[1]), sum(int(f) for f in fields[11:15])
-
-
-def cpu_seconds() -> tuple[float, float]:
-    """CPU seconds used so far by the whole machine and by this process tree (the
-    Piper worker is a child), to tell whether anything else ran during the bench."""
-    tick = os.sysconf("SC_CLK_TCK")
-    try:
-        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    except OSError:
-        return 0.0, 0.0
-    busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
-    stats = {pid: s for pid in os.listdir("/proc") if pid.isdigit() if (s := _proc_stat(pid))}
-    tree = {str(os.getpid())}
-    while children := {pid for pid, (ppid, _) in stats.items() if str(ppid) in tree} - tree:
-        tree |= children
-    own = sum(stats[pid][1] for pid in tree if pid in stats)
-    return busy / tick, own / tick
+    return machine_facts(PACKAGES)
 
 
 def _cell(value: float | None) -> str:

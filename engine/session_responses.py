@@ -195,6 +195,7 @@ class ResponsesMixin:
         tools = request.tools if request.tools is not None else self.config.tools
         return Prompt(
             request_id=resp.id,
+            session_id=self.session_id,
             instructions=request.instructions
             if request.instructions is not None
             else self.config.instructions,

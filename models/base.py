@@ -48,6 +48,8 @@ class Prompt:
     tools: tuple[Tool, ...] = ()
     # "auto", "none", "required", or the name of the one function to call
     tool_choice: str = "auto"
+    # The session asking; executors that spread sessions over backends stick to it.
+    session_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,10 @@ class OutputChunk:
 class Executor(ABC):
     name: str = "executor"
     output_rate: int = 24_000
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Load the model or reach it before serving; the app's lifespan calls it
+        (an engine that spawns processes must start inside the running loop)."""
 
     async def prepare(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
         """Work on a committed user turn before a response needs it."""

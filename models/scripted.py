@@ -12,11 +12,13 @@ import asyncio
 import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
 from models.base import Executor, FunctionCall, OutputChunk, Prompt, PromptItem
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -30,6 +32,10 @@ class ScriptedExecutor(Executor):
     chunk_gate: asyncio.Semaphore | None = None
     prepare_gate: asyncio.Event | None = None
     abort_gate: asyncio.Event | None = None
+    # What the executor was asked, for tests: the last `history` entries of each list,
+    # so a long-running server (`parley serve --executor scripted`, bench/load.py)
+    # does not keep every prompt's audio.
+    history: int = 100
     prompts: list[Prompt] = field(default_factory=list)
     prepared: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
@@ -56,7 +62,7 @@ class ScriptedExecutor(Executor):
     async def prepare(self, item: PromptItem) -> None:
         if self.prepare_gate is not None:
             await self.prepare_gate.wait()
-        self.prepared.append(item.id)
+        self._record(self.prepared, item.id)
 
     async def transcribe(self, item: PromptItem) -> str | None:
         """Deterministic: says how much audio the item held."""
@@ -80,7 +86,7 @@ class ScriptedExecutor(Executor):
         return FunctionCall(name, arguments, f"call_{prompt.request_id}")
 
     async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
-        self.prompts.append(prompt)
+        self._record(self.prompts, prompt)
         call = self.tool_call_for(prompt)
         if call is not None:
             await asyncio.sleep(self.chunk_delay_s)
@@ -108,8 +114,13 @@ class ScriptedExecutor(Executor):
                 yield OutputChunk(text=text, finish=finish)
 
     async def abort(self, request_id: str) -> None:
-        self.abort_requests.append(request_id)
+        self._record(self.abort_requests, request_id)
         if self.abort_gate is not None:
             await self.abort_gate.wait()
         self._aborted.add(request_id)
-        self.aborted.append(request_id)
+        self._record(self.aborted, request_id)
+
+    def _record(self, log: list[T], value: T) -> None:
+        log.append(value)
+        if len(log) > self.history:
+            del log[: len(log) - self.history]

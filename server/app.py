@@ -1,5 +1,6 @@
-"""The FastAPI application: health, model list, client secrets and the realtime
-WebSocket. Everything but /healthz needs a key when keys are configured."""
+"""The FastAPI application: health, model list, client secrets, the realtime
+WebSocket and the browser client at `/`. Everything but /healthz and the browser
+client's static files needs a key when keys are configured."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
 from models.base import Executor
@@ -29,6 +32,9 @@ from server.realtime import RealtimeEndpoint
 
 log = logging.getLogger(__name__)
 
+# The browser client (docs/browser.md): plain ES modules and AudioWorklets, no build.
+STATIC_DIR = Path(__file__).parent / "static"
+
 
 def make_executor(settings: Settings) -> Executor:
     """One executor per server process; its sessions share it. Raises ModelMissing
@@ -46,9 +52,48 @@ def make_executor(settings: Settings) -> Executor:
                 max_output_tokens=settings.max_output_tokens,
             )
         )
+    if settings.executor in ("vllm", "openai_compat"):
+        return make_hosted_executor(settings)
     return ScriptedExecutor(
         chunk_ms=settings.scripted_chunk_ms, chunk_delay_s=settings.scripted_chunk_delay_s
     )
+
+
+def make_hosted_executor(settings: Settings) -> Executor:
+    """The language model in vLLM (in this process, or a server's), speech by Parley's
+    own stages. vLLM itself is imported only when the engine starts (lifespan)."""
+    from models.cascade.build import CascadeOptions
+    from models.hosted import build_openai_compat, build_vllm
+    from models.openai_compat import BackendOptions
+    from models.vllm_engine import VllmOptions
+
+    voice = CascadeOptions(
+        asr_model=settings.asr_model,
+        tts_engine=settings.tts_engine,
+        tts_voice=settings.tts_voice,
+        concurrency=settings.model_concurrency,
+    )
+    if settings.executor == "vllm":
+        style = None if settings.prompt_style == "auto" else settings.prompt_style
+        options = VllmOptions(
+            model=settings.model,
+            prompt_style=style,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_model_len=settings.max_model_len,
+            max_output_tokens=settings.max_output_tokens,
+        )
+        return build_vllm(options, voice)
+    backend = BackendOptions(
+        urls=tuple(settings.backend_url),
+        model=settings.backend_model,
+        api_key=settings.backend_api_key,
+        read_timeout_s=settings.backend_timeout_s,
+        retries=settings.backend_retries,
+        max_output_tokens=settings.max_output_tokens,
+        max_context_tokens=settings.max_model_len,
+        audio_output=settings.backend_audio,
+    )
+    return build_openai_compat(backend, voice)
 
 
 def make_vad_backend(settings: Settings) -> VadBackend:
@@ -67,6 +112,7 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if warning := exposure_warning(settings.host, settings.api_keys):
             log.warning(warning)
+        await model_executor.start()  # vLLM's engine starts here (in the loop)
         try:
             yield
         finally:
@@ -117,4 +163,12 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
         )
 
     app.add_api_websocket_route("/v1/realtime", endpoint.handle)
+
+    # The page holds no secret: it asks for an ephemeral key with the key its user
+    # types in (only needed when the server has keys).
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

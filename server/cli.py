@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any, get_args
 
 import uvicorn
 from pydantic import ValidationError
+from uvicorn.config import STARTUP_FAILURE
 
 from models.errors import ModelMissing
 from server.app import create_app
@@ -23,15 +25,18 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
     limit gets an `error` event and the session lives; larger ones close the
     connection (1009). The official SDK turns compression off, and so do we.
     """
-    options: dict[str, Any] = {
+    options: dict[str, Any] = {**uvicorn_options(settings), **overrides}
+    return uvicorn.Config(create_app(settings), **options)
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    return {
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level,
         "ws_max_size": 2 * settings.max_message_bytes,
         "ws_per_message_deflate": False,
-        **overrides,
     }
-    return uvicorn.Config(create_app(settings), **options)
 
 
 _FLAGS = (
@@ -46,6 +51,9 @@ _FLAGS = (
     "vad_backend",
     "log_level",
     "max_sessions",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "backend_url",
 )
 _ENV_ONLY = [name for name in Settings.model_fields if name not in _FLAGS]
 
@@ -67,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         "--executor",
         choices=get_args(ExecutorName),
         help="cascade: the embedded CPU voice pipeline (default); scripted: a deterministic "
-        "test executor (PARLEY_EXECUTOR)",
+        "test executor; vllm: an audio language model on in-process vLLM (--model PATH); "
+        "openai_compat: an OpenAI-compatible server such as `vllm serve` (--backend-url) "
+        "(PARLEY_EXECUTOR)",
     )
     serve.add_argument(
         "--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper directory"
@@ -75,7 +85,30 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--llm-model", help="a Llama-architecture .gguf (default: SmolLM2-135M)")
     serve.add_argument("--tts-engine", choices=get_args(TtsEngineName), help="default auto")
     serve.add_argument("--tts-voice", help="a Piper VOICE.onnx (VOICE.onnx.json beside it)")
-    serve.add_argument("--model", help="model name reported to clients (PARLEY_MODEL)")
+    serve.add_argument(
+        "--model",
+        help="model name reported to clients; with --executor vllm, the model directory or "
+        "Hugging Face id to load (PARLEY_MODEL)",
+    )
+    serve.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        help="vllm: fraction of GPU memory (on CPU: of RAM) for the engine "
+        "(PARLEY_GPU_MEMORY_UTILIZATION, default 0.9)",
+    )
+    serve.add_argument(
+        "--max-model-len",
+        type=int,
+        help="vllm: context length; openai_compat: the backend's, for the history "
+        "(PARLEY_MAX_MODEL_LEN, default 4096)",
+    )
+    serve.add_argument(
+        "--backend-url",
+        action="append",
+        metavar="URL",
+        help="openai_compat: an OpenAI-compatible server, e.g. http://vllm:8000; repeat for "
+        "replicas, each session sticks to one (PARLEY_BACKEND_URL=url1,url2)",
+    )
     serve.add_argument(
         "--vad-backend",
         choices=get_args(VadBackendName),
@@ -93,12 +126,21 @@ def main(argv: list[str] | None = None) -> int:
         help="concurrent realtime sessions; more are closed with 1013, try again later "
         "(PARLEY_MAX_SESSIONS, default unlimited)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port (default 1). Sessions are independent, so "
+        "any worker takes any connection; each loads its own models and counts "
+        "--max-sessions on its own",
+    )
     commands.add_parser("models", help="list the bundled models: sizes, licences, sources")
     args = parser.parse_args(argv)
     if args.command == "models":
         return print_models()
 
-    overrides = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    skip = ("command", "workers")
+    overrides = {k: v for k, v in vars(args).items() if k not in skip and v is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -107,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     warn_if_exposed(settings)
+    if args.workers > 1:
+        return serve_workers(settings, overrides, args.workers)
     try:
         config = uvicorn_config(settings)
     except ModelMissing as exc:
@@ -116,6 +160,26 @@ def main(argv: list[str] | None = None) -> int:
     server = uvicorn.Server(config)
     server.run()
     return 0 if server.started else 3
+
+
+def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> int:
+    """`--workers N`: uvicorn's supervisor runs N processes on one socket. Each builds
+    its app from PARLEY_* variables (`worker_app`), so the flags are put there."""
+    for name, value in flags.items():
+        text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        os.environ[f"PARLEY_{name.upper()}"] = text
+    uvicorn.run("server.cli:worker_app", factory=True, workers=workers, **uvicorn_options(settings))
+    return 0
+
+
+def worker_app() -> Any:
+    """One worker's app. A missing model stops the worker as a startup failure, which
+    stops the supervisor too (rather than restarting the worker forever)."""
+    try:
+        return create_app()
+    except ModelMissing as exc:
+        print(f"parley: cannot start: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
+        sys.exit(STARTUP_FAILURE)
 
 
 def warn_if_exposed(settings: Settings) -> None:

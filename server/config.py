@@ -10,7 +10,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 VadBackendName = Literal["silero", "webrtc"]
-ExecutorName = Literal["cascade", "scripted"]
+ExecutorName = Literal["cascade", "scripted", "vllm", "openai_compat"]
+PromptStyleName = Literal["auto", "qwen2_audio", "ultravox", "minicpmo", "voxtral"]
 TtsEngineName = Literal["auto", "piper", "flite"]
 
 
@@ -20,10 +21,28 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     # cascade: the embedded CPU pipeline (speech recognition, language model, speech
-    # synthesis); scripted: a deterministic stand-in for tests and benchmarks.
+    # synthesis); scripted: a deterministic stand-in for tests and benchmarks;
+    # vllm: an audio language model on in-process vLLM (the [vllm] extra);
+    # openai_compat: a remote OpenAI-compatible server such as `vllm serve`.
     executor: ExecutorName = "cascade"
     # The model name clients pass as `?model=`; any name is accepted and echoed.
+    # With the vllm executor: the model directory or Hugging Face id to load.
     model: str = "parley"
+    # vllm: how prompts are written (auto: from the model's config.json); the
+    # fraction of GPU memory (on CPU: of RAM) vLLM takes; the context length.
+    prompt_style: PromptStyleName = "auto"
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    max_model_len: int = Field(default=4096, ge=256)
+    # openai_compat: backend base URLs (PARLEY_BACKEND_URL=url1,url2; each session
+    # sticks to one), the model to ask for (default: the first the backend lists),
+    # its key, timeouts, retries before the answer starts, and whether to ask the
+    # backend for speech (vLLM-Omni) instead of synthesizing it here.
+    backend_url: Annotated[list[str], NoDecode] = []
+    backend_model: str | None = None
+    backend_api_key: str | None = None
+    backend_timeout_s: float = Field(default=60.0, gt=0)
+    backend_retries: int = Field(default=2, ge=0)
+    backend_audio: bool = False
     # Cascade: Whisper `tiny.en` (bundled), `base` (the [accurate] extra) or a
     # CTranslate2 Whisper directory; a Llama-architecture GGUF (default: the
     # bundled SmolLM2-135M-Instruct); the synthesizer and a Piper VOICE.onnx.
@@ -58,7 +77,7 @@ class Settings(BaseSettings):
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "backend_url", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):

@@ -20,43 +20,25 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-import soxr
 
 from models.base import Executor, OutputChunk, Prompt, PromptItem
 from models.cascade.asr import SpeechRecognizer
 from models.cascade.llm import LanguageModel
 from models.cascade.text import ChatMessage, chat_messages
-from models.cascade.tts import Synthesizer, split_sentences
+from models.cascade.tts import Synthesizer
+from models.speech import (
+    SentenceBuffer,
+    Speaker,
+    SpeakOutcome,
+    StageSlots,
+    speak_sentences,
+)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StageSlots:
-    """A bound on concurrent calls into one model, with a count of who waits."""
-
-    name: str
-    limit: int
-    queued: int = 0
-    _sem: asyncio.Semaphore | None = None
-
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.limit)
-        self.queued += 1
-        try:
-            await self._sem.acquire()
-        finally:
-            self.queued -= 1
-        try:
-            yield
-        finally:
-            self._sem.release()
 
 
 @dataclass
@@ -94,6 +76,7 @@ class CascadeExecutor(Executor):
         self.output_rate = output_rate
         self.max_output_tokens = max_output_tokens
         self.slots = {stage: StageSlots(stage, concurrency) for stage in ("asr", "llm", "tts")}
+        self.speaker = Speaker(tts, self.slots["tts"], output_rate)
         self.stats = CascadeStats()
         self._transcripts: OrderedDict[str, str] = OrderedDict()
         self._cache_size = transcript_cache
@@ -157,30 +140,31 @@ class CascadeExecutor(Executor):
             messages = chat_messages(prompt, self._transcripts)
             limit = min(prompt.max_output_tokens or self.max_output_tokens, self.max_output_tokens)
             speak = "audio" in prompt.output_modalities
-            first = True
+            outcome = SpeakOutcome()
+
+            def spoke() -> None:
+                self.stats.sentences += 1
+                self.stats.mark(prompt.request_id, "first_audio")
+                by_request = self.stats.sentences_by_request
+                by_request[prompt.request_id] = by_request.get(prompt.request_id, 0) + 1
+
             # Closed explicitly so that, however this stream ends, the token thread
             # has stopped before the request counts as finished.
             sentences = self._sentences(prompt.request_id, messages, limit, stop)
             async with contextlib.aclosing(sentences):
-                async for piece in sentences:
-                    if stop.is_set():
-                        return
-                    sentence = piece if first else " " + piece  # the transcript's spacing
-                    first = False
-                    if not speak:
-                        yield OutputChunk(text=sentence)
-                        continue
-                    async with self.slots["tts"].slot():
-                        if stop.is_set():
-                            return
-                        audio = await asyncio.to_thread(self.tts.synthesize, piece)
-                    self.stats.sentences += 1
-                    self.stats.mark(prompt.request_id, "first_audio")
-                    by_request = self.stats.sentences_by_request
-                    by_request[prompt.request_id] = by_request.get(prompt.request_id, 0) + 1
-                    if stop.is_set():
-                        return  # aborted while synthesizing: drop it
-                    yield OutputChunk(audio=self._to_output_rate(audio), text=sentence)
+                spoken = speak_sentences(
+                    sentences,
+                    self.speaker,
+                    speak=speak,
+                    stopped=stop.is_set,
+                    on_audio=spoke,
+                    outcome=outcome,
+                )
+                async with contextlib.aclosing(spoken):
+                    async for chunk in spoken:
+                        yield chunk
+            if outcome.stopped:
+                return
             if self.stats.tokens_by_request.get(prompt.request_id, 0) >= limit:
                 yield OutputChunk(finish="length")  # cut at max_output_tokens
         finally:
@@ -206,16 +190,14 @@ class CascadeExecutor(Executor):
         async with self.slots["llm"].slot():
             worker = loop.run_in_executor(None, run)
             try:
-                buffer = ""
+                buffer = SentenceBuffer()
                 while (piece := await pieces.get()) is not None:
                     if isinstance(piece, BaseException):
                         raise piece
-                    buffer += piece
-                    sentences, buffer = split_sentences(buffer)
-                    for sentence in sentences:
+                    for sentence in buffer.push(piece):
                         yield sentence
-                if buffer.strip():
-                    yield buffer.strip()
+                if (rest := buffer.flush()) is not None:
+                    yield rest
             finally:
                 stop.set()
                 await asyncio.shield(worker)
@@ -233,14 +215,7 @@ class CascadeExecutor(Executor):
             yield piece
 
     def _to_output_rate(self, audio: np.ndarray) -> np.ndarray:
-        if self.tts.sample_rate == self.output_rate or not len(audio):
-            same: np.ndarray = audio.astype(np.int16, copy=False)
-            return same
-        out: np.ndarray = soxr.resample(
-            audio.astype(np.float32), self.tts.sample_rate, self.output_rate
-        )
-        resampled: np.ndarray = np.clip(np.rint(out), -32768, 32767).astype(np.int16)
-        return resampled
+        return self.speaker.to_output_rate(audio)
 
     async def abort(self, request_id: str) -> None:
         event = self._aborts.get(request_id)

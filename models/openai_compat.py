@@ -1,0 +1,455 @@
+"""A model behind any OpenAI-compatible server (`--executor openai_compat`).
+
+`vllm serve`, vLLM-Omni and others answer `/v1/chat/completions`; Parley sends the
+conversation with the user's turns as `input_audio` parts (16 kHz WAV, base64) and
+reads the answer as it streams (SSE). When the backend returns audio (vLLM-Omni or
+OpenAI with `modalities: ["text", "audio"]`, asked for with `audio_output`), that
+audio is played; otherwise Parley's own TTS stage speaks the text sentence by
+sentence.
+
+Failures end the response `failed` with a message saying which backend did what;
+the session lives on. Until the first byte of an answer, a failed attempt (refused,
+timed out, 5xx, 429, a stream that died empty) is retried, on the next backend when
+there are several. Once part of an answer was heard it is not retried.
+
+Several backend URLs: each session sticks to one (rendezvous hashing of the session
+over the URLs), so a vLLM replica keeps that conversation's prefix in its cache; a
+backend that failed is passed over for `down_for_s` and its sessions move to their
+next choice. An abort cancels the reading task, which closes the HTTP stream: vLLM
+aborts a request whose stream is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import re
+import time
+import wave
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+
+from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
+from models.base import Executor, OutputChunk, Prompt, PromptItem
+from models.cascade.asr import SpeechRecognizer
+from models.cascade.tts import wav_samples
+from models.speech import (
+    Marks,
+    Speaker,
+    Transcripts,
+    resample_int16,
+    sentences_of,
+    speak_sentences,
+)
+
+log = logging.getLogger(__name__)
+
+OPENAI_AUDIO_RATE = 24_000  # pcm16 audio deltas of the OpenAI API
+
+
+class BackendError(RuntimeError):
+    """The model backend failed; the message says which and how."""
+
+
+class _Retryable(BackendError):
+    """Failed before any answer was heard: another attempt may succeed."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    urls: tuple[str, ...]  # base URLs, e.g. http://vllm:8000 (with or without /v1)
+    model: str | None = None  # None: the first model the backend lists
+    api_key: str | None = None
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0  # for the answer to start, and between its chunks
+    retries: int = 2  # further attempts before any answer is heard
+    down_for_s: float = 10.0  # a failed backend is passed over this long
+    max_output_tokens: int = 256
+    temperature: float = 0.7
+    max_context_tokens: int = 8192  # the backend's context length, for the history
+    max_audio_items: int = 1  # audio parts per request (vLLM: --limit-mm-per-prompt)
+    audio_output: bool = False  # ask the backend for speech (vLLM-Omni, OpenAI)
+    voice: str = "alloy"
+
+
+def api_base(url: str) -> str:
+    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` alike."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def session_key(request_id: str) -> str:
+    """What all responses of one session share: Parley's ids are a per-session
+    random prefix and a counter (engine/emitter.py), so the id less its counter."""
+    return re.sub(r"\d{6}$", "", request_id) or request_id
+
+
+def rendezvous(key: str, urls: tuple[str, ...]) -> list[str]:
+    """`urls` in this key's order of preference: stable per key, spread over keys,
+    and removing one URL moves only the keys that preferred it."""
+
+    def weight(url: str) -> bytes:
+        return hashlib.sha256(f"{key}|{url}".encode()).digest()
+
+    return sorted(urls, key=weight, reverse=True)
+
+
+def wav_base64(audio: np.ndarray) -> str:
+    """float32 16 kHz mono as a base64 16-bit WAV file."""
+    pcm = np.clip(np.rint(audio * 32768.0), -32768, 32767).astype("<i2")
+    out = io.BytesIO()
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(MODEL_RATE)
+        wav.writeframes(pcm.tobytes())
+    return base64.b64encode(out.getvalue()).decode("ascii")
+
+
+def chat_messages(prompt: AudioPrompt) -> list[dict[str, Any]]:
+    """The audio prompt as OpenAI chat messages (the server applies its template)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": prompt.system}]
+    for turn in prompt.turns:
+        if turn.audio is not None:
+            audio = {"data": wav_base64(turn.audio), "format": "wav"}
+            part = {"type": "input_audio", "input_audio": audio}
+            messages.append({"role": turn.role, "content": [part]})
+        else:
+            messages.append({"role": turn.role, "content": turn.text})
+    return messages
+
+
+def decode_audio(data: str) -> np.ndarray:
+    """An audio delta: a WAV file, or raw pcm16 at 24 kHz (OpenAI's format)."""
+    raw = base64.b64decode(data)
+    if raw[:4] == b"RIFF":
+        rate, pcm = wav_samples(raw)
+        return resample_int16(pcm, rate, OPENAI_AUDIO_RATE)
+    usable = len(raw) - len(raw) % 2
+    return np.frombuffer(raw[:usable], dtype="<i2").astype(np.int16)
+
+
+@dataclass
+class _Delta:
+    text: str = ""
+    audio: np.ndarray | None = None
+    finish: str | None = None
+
+
+@dataclass
+class _Request:
+    aborted: bool = False
+    reader: asyncio.Task[None] | None = None
+    queue: asyncio.Queue[_Delta | BaseException | None] = field(default_factory=asyncio.Queue)
+    backend: str | None = None
+
+
+@dataclass
+class BackendStats(Marks):
+    chosen: dict[str, str] = field(default_factory=dict)  # request id → backend URL
+    attempts: dict[str, int] = field(default_factory=dict)
+    aborted: list[str] = field(default_factory=list)
+
+
+class OpenAICompatExecutor(Executor):
+    name = "openai_compat"
+
+    def __init__(
+        self,
+        options: BackendOptions,
+        speaker: Speaker,
+        *,
+        recognizer: SpeechRecognizer | None = None,
+        owns_tts: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not options.urls:
+            raise ValueError("openai_compat needs at least one backend URL")
+        self.options = options
+        self.speaker = speaker
+        self.output_rate = speaker.output_rate
+        self.transcripts = Transcripts(recognizer)
+        self.stats = BackendStats()
+        self._owns_tts = owns_tts
+        self._clock = clock
+        self._down_until: dict[str, float] = {}
+        self._models: dict[str, str] = {}
+        self._requests: dict[str, _Request] = {}
+        self._finish: dict[str, str] = {}  # request id → the backend's finish_reason
+        self._aborted_early: OrderedDict[str, None] = OrderedDict()
+        self._client: httpx.AsyncClient | None = None
+
+    # --- backends ---------------------------------------------------------------------
+
+    def order(self, prompt: Prompt) -> list[str]:
+        """Backends to try for this request: the session's own first, healthy ones
+        before those that failed lately."""
+        key = prompt.session_id or session_key(prompt.request_id)
+        preferred = rendezvous(key, self.options.urls)
+        now = self._clock()
+        healthy = [u for u in preferred if self._down_until.get(u, 0.0) <= now]
+        return healthy + [u for u in preferred if u not in healthy]
+
+    def _mark_down(self, url: str) -> None:
+        self._down_until[url] = self._clock() + self.options.down_for_s
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            o = self.options
+            timeout = httpx.Timeout(o.read_timeout_s, connect=o.connect_timeout_s)
+            headers = {"Authorization": f"Bearer {o.api_key}"} if o.api_key else {}
+            self._client = httpx.AsyncClient(timeout=timeout, headers=headers)
+        return self._client
+
+    async def _model(self, url: str) -> str:
+        if self.options.model is not None:
+            return self.options.model
+        if url not in self._models:
+            response = await self._http().get(api_base(url) + "/models")
+            if response.status_code >= 400:
+                raise _Retryable(f"backend {url} listed no models (HTTP {response.status_code})")
+            listed = response.json().get("data") or []
+            if not listed:
+                raise BackendError(f"backend {url} serves no model")
+            self._models[url] = str(listed[0]["id"])
+        return self._models[url]
+
+    # --- executor ---------------------------------------------------------------------
+
+    async def prepare(self, item: PromptItem) -> None:
+        if item.role == "user" and item.text is None:
+            self.transcripts.start(item)
+
+    async def transcribe(self, item: PromptItem) -> str | None:
+        return await self.transcripts.get(item)
+
+    def body(self, prompt: Prompt, model: str) -> dict[str, Any]:
+        o = self.options
+        limit = min(prompt.max_output_tokens or o.max_output_tokens, o.max_output_tokens)
+        audio_prompt = build_audio_prompt(
+            prompt,
+            style="qwen2_audio",  # for counting only: the server renders the template
+            budget=o.max_context_tokens - limit,
+            transcripts=self.transcripts.known,
+            max_audio=o.max_audio_items,
+        )
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": chat_messages(audio_prompt),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": limit,
+            "temperature": o.temperature,
+        }
+        if o.audio_output and "audio" in prompt.output_modalities:
+            body["modalities"] = ["text", "audio"]
+            body["audio"] = {"voice": o.voice, "format": "pcm16"}
+        return body
+
+    async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        request_id = prompt.request_id
+        if request_id in self._aborted_early:
+            return  # cancelled before it started
+        state = self._requests[request_id] = _Request()
+        self.stats.mark(request_id, "started")
+        state.reader = asyncio.get_running_loop().create_task(self._read(prompt, state))
+        try:
+            deltas = self._deltas(state)
+            async with contextlib.aclosing(deltas):
+                first = await anext(deltas, None)
+                if first is None:
+                    return
+                if first.audio is not None or "audio" not in prompt.output_modalities:
+                    # The backend speaks (or no speech is wanted): pass it through.
+                    async for chunk in self._passthrough(first, deltas, prompt, state):
+                        yield chunk
+                    return
+
+                async def texts() -> AsyncGenerator[str, None]:
+                    yield first.text
+                    async for delta in deltas:
+                        yield delta.text
+
+                spoken = speak_sentences(
+                    sentences_of(texts()),
+                    self.speaker,
+                    speak=True,
+                    stopped=lambda: state.aborted,
+                    on_audio=lambda: self.stats.mark(request_id, "first_audio"),
+                )
+                async with contextlib.aclosing(spoken):
+                    async for chunk in spoken:
+                        yield chunk
+                if self._finish.get(request_id) == "length" and not state.aborted:
+                    yield OutputChunk(finish="length")
+        finally:
+            await self._stop_reader(state)
+            self._requests.pop(request_id, None)
+            self._finish.pop(request_id, None)
+
+    async def _passthrough(
+        self, first: _Delta, deltas: AsyncIterator[_Delta], prompt: Prompt, state: _Request
+    ) -> AsyncGenerator[OutputChunk, None]:
+        speak = "audio" in prompt.output_modalities
+        delta: _Delta | None = first
+        while delta is not None:
+            if state.aborted:
+                return
+            audio = delta.audio if speak else None
+            if audio is not None and len(audio):
+                self.stats.mark(prompt.request_id, "first_audio")
+            if delta.text or audio is not None:
+                yield OutputChunk(audio=audio, text=delta.text)
+            delta = await anext(deltas, None)
+        if self._finish.get(prompt.request_id) == "length" and not state.aborted:
+            yield OutputChunk(finish="length")
+
+    async def _deltas(self, state: _Request) -> AsyncGenerator[_Delta, None]:
+        while True:
+            item = await state.queue.get()
+            if item is None or state.aborted:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def _stop_reader(self, state: _Request) -> None:
+        reader = state.reader
+        if reader is not None and not reader.done():
+            reader.cancel()  # leaving `client.stream` closes the connection
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(reader)
+
+    async def _read(self, prompt: Prompt, state: _Request) -> None:
+        """Every attempt of one request, deltas into `state.queue`; the outcome
+        (None, or the error) last."""
+        request_id = prompt.request_id
+        attempts = self.options.retries + 1
+        failures: list[str] = []
+        try:
+            tried: list[str] = []
+            for attempt in range(attempts):
+                order = self.order(prompt)
+                untried = [u for u in order if u not in tried]
+                url = untried[0] if untried else order[attempt % len(order)]
+                tried.append(url)
+                state.backend = url
+                self.stats.chosen[request_id] = url
+                self.stats.attempts[request_id] = attempt + 1
+                try:
+                    await self._attempt(url, prompt, state)
+                    state.queue.put_nowait(None)
+                    return
+                except _Retryable as exc:
+                    self._mark_down(url)
+                    failures.append(str(exc))
+                    log.warning("request %s: attempt %d: %s", request_id, attempt + 1, exc)
+            raise BackendError(
+                f"the model backend did not answer after {attempts} attempts: "
+                + "; ".join(failures)
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            state.queue.put_nowait(exc)
+
+    async def _attempt(self, url: str, prompt: Prompt, state: _Request) -> None:
+        """One request to one backend. Raises _Retryable while nothing was heard."""
+        heard = False
+        try:
+            body = self.body(prompt, await self._model(url))
+            endpoint = api_base(url) + "/chat/completions"
+            async with self._http().stream("POST", endpoint, json=body) as response:
+                if response.status_code >= 400:
+                    text = (await response.aread())[:500].decode(errors="replace")
+                    message = f"backend {url} answered HTTP {response.status_code}: {text}"
+                    if response.status_code >= 500 or response.status_code == 429:
+                        raise _Retryable(message)
+                    raise BackendError(message)
+                done = False
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    delta = self._parse(url, data, prompt.request_id)
+                    if delta is None:
+                        continue
+                    if delta.text or delta.audio is not None:
+                        heard = True
+                        self.stats.mark(prompt.request_id, "first_token")
+                        state.queue.put_nowait(delta)
+                if not done:
+                    raise self._broken(url, heard, "closed the stream before the answer ended")
+        except httpx.ConnectError as exc:
+            raise _Retryable(f"backend {url} refused the connection ({exc})") from None
+        except httpx.TimeoutException:
+            what = "did not answer" if not heard else "stopped answering"
+            wait = self.options.read_timeout_s
+            raise self._broken(url, heard, f"{what} within {wait:g} s") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise self._broken(url, heard, f"broke the connection ({exc})") from None
+
+    @staticmethod
+    def _broken(url: str, heard: bool, what: str) -> BackendError:
+        if heard:
+            return BackendError(f"backend {url} {what}, in the middle of the answer")
+        return _Retryable(f"backend {url} {what}")
+
+    def _parse(self, url: str, data: str, request_id: str) -> _Delta | None:
+        try:
+            event = json.loads(data)
+        except json.JSONDecodeError:
+            raise BackendError(f"backend {url} sent a malformed event: {data[:200]}") from None
+        if error := event.get("error"):
+            message = error.get("message") if isinstance(error, dict) else error
+            raise BackendError(f"backend {url} reported an error: {message}")
+        choices = event.get("choices") or []
+        if not choices:
+            return None  # the usage event
+        choice = choices[0]
+        if reason := choice.get("finish_reason"):
+            self._finish[request_id] = reason
+        delta = choice.get("delta") or {}
+        audio_part = delta.get("audio") or {}
+        text = delta.get("content") or audio_part.get("transcript") or ""
+        audio = decode_audio(audio_part["data"]) if audio_part.get("data") else None
+        return _Delta(text=text, audio=audio)
+
+    async def abort(self, request_id: str) -> None:
+        state = self._requests.get(request_id)
+        if state is None:
+            # Not started (cancelled before it reached the model): never start it.
+            self._aborted_early[request_id] = None
+            while len(self._aborted_early) > 1024:
+                self._aborted_early.popitem(last=False)
+            return
+        if state.aborted:
+            return
+        state.aborted = True
+        self.stats.aborted.append(request_id)
+        await self._stop_reader(state)
+        state.queue.put_nowait(None)
+
+    async def aclose(self) -> None:
+        for state in list(self._requests.values()):
+            state.aborted = True
+            await self._stop_reader(state)
+        await self.transcripts.aclose()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        if self._owns_tts:
+            await asyncio.to_thread(self.speaker.tts.close)

