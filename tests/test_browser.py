@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import soxr
 
+from server.app import STATIC_DIR
 from tests.audio_fixtures import load_wav
 from tests.conftest import RunningServer, ServerFactory
 
@@ -238,6 +240,25 @@ def appended_audio(socket: PageSocket) -> list[np.ndarray]:
 def screenshot(name: str) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS / name
+
+
+async def test_the_page_is_served_without_a_key(serve: ServerFactory) -> None:
+    """The page and its modules hold no secret: served to anyone, as JavaScript
+    (module scripts and worklets refuse other types), while the API needs a key."""
+    server = await serve(api_keys=[API_KEY])
+    modules = {path.name: path.read_text() for path in sorted(STATIC_DIR.glob("*.js"))}
+    assert {"app.js", "capture-worklet.js", "playback-worklet.js"} <= modules.keys()
+    async with httpx.AsyncClient(base_url=server.http_url) as client:
+        page = await client.get("/")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert '<script type="module" src="/static/app.js">' in page.text
+        for name, text in modules.items():
+            response = await client.get(f"/static/{name}")
+            assert response.status_code == 200, name
+            assert "javascript" in response.headers["content-type"], response.headers
+            assert response.text == text
+        assert (await client.get("/v1/models")).status_code == 401
 
 
 async def test_conversation_in_the_browser(
