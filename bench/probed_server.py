@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -40,7 +41,22 @@ LAG_PERIOD_S = 0.010
 
 class Probes:
     def __init__(self) -> None:
-        self.samples: dict[str, list[float]] = {"loop_lag_ms": [], "delta_ms": [], "stop_ms": []}
+        self.samples: dict[str, list[float]] = {
+            "loop_lag_ms": [],
+            "delta_ms": [],
+            "stop_ms": [],
+            "gc_ms": [],  # pauses of the cyclic garbage collector's full (oldest) collections
+        }
+        self._gc_start = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.add("gc_ms", (time.perf_counter() - self._gc_start) * 1000)
 
     def add(self, name: str, ms: float) -> None:
         values = self.samples[name]
@@ -139,6 +155,12 @@ def instrument_parley(probes: Probes) -> None:
     Session._on_turn_event = timed_on_turn_event  # type: ignore[method-assign]
 
 
+def freeze_startup_heap() -> None:
+    from server.cli import freeze_startup_heap as freeze
+
+    freeze()
+
+
 def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
     from server.cli import uvicorn_config
     from server.config import Settings
@@ -197,9 +219,14 @@ def main() -> None:
     parser.add_argument("--vad-backend", default="silero", choices=["silero", "webrtc"])
     parser.add_argument("--chunk-delay-s", type=float, default=0.0)
     parser.add_argument("--chunk-ms", type=int, default=100)
+    parser.add_argument(
+        "--no-gc-freeze", action="store_true", help="skip the gc.freeze() `parley serve` does"
+    )
     args = parser.parse_args()
     probes = Probes()
     config = parley_config(args, probes) if args.kind == "parley" else floor_config(args, probes)
+    if not args.no_gc_freeze:
+        freeze_startup_heap()  # as `parley serve` does before serving (the floors too)
     asyncio.run(serve(config, probes))
 
 

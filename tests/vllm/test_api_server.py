@@ -1,0 +1,221 @@
+"""The openai_compat executor against vLLM's own OpenAI server
+(`python -m vllm.entrypoints.openai.api_server`, a subprocess on a free loopback
+port serving the tiny model): the executor contract, with the server's running
+requests (its Prometheus gauge) back to 0 after each abort."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+import tests.test_executor_contract as contract
+from models.base import Prompt
+from models.cascade.tts import FliteSynthesizer
+from models.openai_compat import BackendOptions, OpenAICompatExecutor
+from models.speech import Speaker, StageSlots
+from tests.harness import Harness
+from tests.vllm.conftest import (
+    FIGURES,
+    GPU_MEMORY_UTILIZATION,
+    LONG,
+    MAX_MODEL_LEN,
+    NEWLINE_BIAS,
+    SHORT,
+    Gate,
+    Plan,
+    newline_id,
+    speakable_ids,
+)
+
+START_TIMEOUT_S = 300
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def api_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("api-server") / "server.log"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(tiny_model),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--gpu-memory-utilization", str(GPU_MEMORY_UTILIZATION),
+        "--max-model-len", str(MAX_MODEL_LEN),
+        "--limit-mm-per-prompt", '{"audio": 2}',
+        # vLLM 0.32: the same clip sent again after an aborted request can miss the
+        # engine's multimodal cache ("P0/P1 cache drift"); the server then fails
+        # that request with an SSE "Internal server error" and expects a retry.
+        "--mm-processor-cache-gb", "0",
+    ]  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    start = time.monotonic()
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"api_server exited: {log.read_text()[-3000:]}")
+            if time.monotonic() - start > START_TIMEOUT_S:
+                raise AssertionError(f"api_server not healthy: {log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(1)
+        FIGURES["engine start (api_server, to /health)"] = time.monotonic() - start
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)  # the server and its engine processes
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+async def running_requests(url: str) -> int:
+    """Requests the server is running or holding (its Prometheus gauges)."""
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(url + "/metrics")).text
+    total = 0.0
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+        for match in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+-]+)$", text, re.M):
+            total += float(match.group(1))
+    return int(total)
+
+
+class SteeredCompat(OpenAICompatExecutor):
+    """openai_compat with the test's plan in each request body (vLLM's extra
+    sampling parameters) and a gate on what reaches the session."""
+
+    def __init__(self, url: str, newline: int, allowed: list[int]) -> None:
+        speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
+        options = BackendOptions(
+            urls=(url,),
+            retries=0,
+            down_for_s=0,
+            max_output_tokens=LONG,
+            max_context_tokens=MAX_MODEL_LEN,
+            max_audio_items=2,
+        )
+        super().__init__(options, speaker)
+        self.plan = Plan()
+        self.gate = Gate()
+        self.newline = newline
+        self.allowed = allowed
+        self.calls = 0
+
+    def body(self, prompt: Prompt, model: str) -> dict[str, Any]:
+        body = super().body(prompt, model)
+        self.calls += 1
+        n = self.plan.next_length()
+        long = n > SHORT
+        body.update(
+            max_tokens=n if long else body["max_tokens"],
+            min_tokens=SHORT,
+            ignore_eos=True,
+            logit_bias={str(self.newline): NEWLINE_BIAS},
+            allowed_token_ids=self.allowed,
+        )
+        if not long:
+            body["stop_token_ids"] = [self.newline]
+        if self.plan.failing:
+            self.plan.failing = False
+            body["model"] = "no-such-model"  # the server answers 404
+        return body
+
+    async def _deltas(self, state: Any) -> AsyncGenerator[Any, None]:
+        async for delta in super()._deltas(state):
+            while not self.gate.open and not state.aborted:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+            if state.aborted:
+                return
+            yield delta
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def kit(api_server: str, tiny_model: Path) -> AsyncIterator[contract.Kit]:
+    ex = SteeredCompat(api_server, newline_id(tiny_model), speakable_ids(tiny_model))
+
+    def hold() -> None:
+        ex.gate.open = False
+        ex.plan.lengths = [LONG]
+
+    async def first_sentence() -> None:
+        ex.gate.open = True
+
+    async def free() -> None:
+        ex.gate.open = True
+        ex.plan.lengths = []
+        ex.plan.failing = False
+
+    def fail() -> None:
+        ex.plan.failing = True
+
+    async def stopped(rid: str, h: Harness) -> None:
+        assert rid in ex.stats.aborted
+        start = time.monotonic()
+        while await running_requests(api_server) != 0:
+            assert time.monotonic() - start < 30, "the server still runs the request"
+            await asyncio.sleep(0.05)
+        FIGURES["stream closed to server idle (api_server, upper bound)"] = max(
+            FIGURES.get("stream closed to server idle (api_server, upper bound)", 0.0),
+            time.monotonic() - start,
+        )
+
+    made = contract.Kit(
+        ex, hold, first_sentence, free, fail, lambda: ex.calls, stopped, failure_text="HTTP 404"
+    )
+    try:
+        yield made
+    finally:
+        await free()
+        await ex.aclose()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_turn_is_answered_in_speech(kit: contract.Kit) -> None:
+    await contract.test_a_turn_is_answered_in_speech(kit)
+    ex = kit.executor
+    assert isinstance(ex, SteeredCompat)
+    marks = list(ex.stats.marks.values())[-1]
+    FIGURES["time to first token (api_server)"] = marks["first_token"] - marks["started"]
+    FIGURES["time to first audio (api_server)"] = marks["first_audio"] - marks["started"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_barge_in_mid_stream_closes_the_server_request(kit: contract.Kit) -> None:
+    await contract.test_barge_in_mid_stream_aborts_the_model(kit)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_cancel_before_the_first_token(kit: contract.Kit) -> None:
+    await contract.test_cancel_before_the_first_token(kit)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_backend_error_fails_the_response_and_the_session_lives(
+    kit: contract.Kit,
+) -> None:
+    await contract.test_a_backend_failure_fails_the_response_and_the_session_lives(kit)
