@@ -305,10 +305,7 @@ class Session(ResponsesMixin):
         detector = self.detector  # only this task replaces it, and not while here
         if detector is None:
             return
-        if len(pcm) > self.limits.vad_offload_samples:
-            frames = await asyncio.to_thread(self.vad.process, pcm)
-        else:
-            frames = self.vad.process(pcm)
+        frames = await self.vad.score(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         for turn_event in detector.feed(frames):
             await self._on_turn_event(turn_event)
         if not detector.in_speech:

@@ -8,11 +8,12 @@ backend for a speech score in [0, 1] per frame. Turn logic lives in
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +51,13 @@ class VadBackend(Protocol):
     def score(self, state: object, frame: Pcm16) -> float: ...
 
 
+@runtime_checkable
+class FrameBatcher(Protocol):
+    """A backend that scores frames off the event loop (engine.vad_batch.VadBatcher)."""
+
+    async def score_frames(self, state: object, frames: list[Pcm16]) -> list[float]: ...
+
+
 @dataclass
 class _WebRtcState:
     vads: list[webrtcvad.Vad]
@@ -77,7 +85,10 @@ class WebRtcVadBackend:
         if not isinstance(state, _WebRtcState):
             raise TypeError("state does not come from WebRtcVadBackend.new_state()")
         data = frame.tobytes()
-        votes = sum(bool(vad.is_speech(data, VAD_RATE)) for vad in state.vads)
+        votes = 0
+        for vad in state.vads:  # a plain loop: this runs for every frame of every session
+            if vad.is_speech(data, VAD_RATE):
+                votes += 1
         return votes / len(state.vads)
 
 
@@ -151,14 +162,22 @@ class SileroOnnxBackend:
         )
 
     def score(self, state: object, frame: Pcm16) -> float:
-        if not isinstance(state, _SileroState):
+        return self.score_batch([state], frame[None, :])[0]
+
+    def score_batch(self, states: Sequence[object], frames: Pcm16) -> list[float]:
+        """Score frame i (row i of `frames`) with `states[i]`, all in one model call:
+        the model takes a batch of streams, each with its own recurrent state."""
+        if not all(isinstance(s, _SileroState) for s in states):
             raise TypeError("state does not come from SileroOnnxBackend.new_state()")
-        chunk = (frame.astype(np.float32) / 32768.0)[None, :]
-        x = np.concatenate([state.context, chunk], axis=1)
-        out, rnn = self._session.run(None, {"input": x, "state": state.rnn, "sr": self._sr})
-        state.rnn = rnn
-        state.context = x[:, -self._CONTEXT :]
-        return float(out[0, 0])
+        silero: list[_SileroState] = list(states)  # type: ignore[arg-type]
+        chunk = frames.astype(np.float32) / 32768.0
+        x = np.concatenate([np.concatenate([s.context for s in silero]), chunk], axis=1)
+        rnn = np.concatenate([s.rnn for s in silero], axis=1)
+        out, rnn = self._session.run(None, {"input": x, "state": rnn, "sr": self._sr})
+        for i, s in enumerate(silero):
+            s.rnn = rnn[:, i : i + 1].copy()
+            s.context = x[i : i + 1, -self._CONTEXT :].copy()
+        return [float(v) for v in out[:, 0]]
 
 
 @dataclass
@@ -214,6 +233,7 @@ class VadStream:
 
     def __init__(self, backend: VadBackend, input_rate: int = 24000) -> None:
         self.backend = backend
+        self._batcher = backend if isinstance(backend, FrameBatcher) else None
         self.input_rate = input_rate
         self._samples_in = 0
         self._state: object
@@ -229,24 +249,41 @@ class VadStream:
         return self._samples_in * 1000 // self.input_rate
 
     def process(self, pcm: Pcm16) -> list[FrameScore]:
+        """Scores of the frames `pcm` completes, scored here."""
+        frames = self._cut(pcm)
+        return self._label([self.backend.score(self._state, f) for f in frames])
+
+    async def score(self, pcm: Pcm16, *, offload: bool = False) -> list[FrameScore]:
+        """As `process`, but off the event loop where it can be: a `VadBatcher`
+        backend scores on its worker thread, and with `offload` (a large append) the
+        resampling runs in a thread too, as does a plain backend's scoring."""
+        if self._batcher is None:
+            return await asyncio.to_thread(self.process, pcm) if offload else self.process(pcm)
+        frames = await asyncio.to_thread(self._cut, pcm) if offload else self._cut(pcm)
+        return self._label(await self._batcher.score_frames(self._state, frames))
+
+    def _cut(self, pcm: Pcm16) -> list[Pcm16]:
+        """Resample `pcm` and return the whole frames it completes."""
         if pcm.ndim != 1 or pcm.dtype != np.int16:
             raise ValueError("expected mono int16 samples")
         self._samples_in += len(pcm)
-        buf = np.concatenate([self._pending, self._to_vad_rate(pcm)])
-        frame_ms = self.backend.frame_ms
-        frame_len = frame_ms * _SAMPLES_PER_MS
+        resampled = self._to_vad_rate(pcm)
+        buf = np.concatenate([self._pending, resampled]) if len(self._pending) else resampled
+        frame_len = self.backend.frame_ms * _SAMPLES_PER_MS
         n = len(buf) // frame_len
-        scores = []
-        for i in range(n):
-            frame = buf[i * frame_len : (i + 1) * frame_len]
-            start = self._origin_ms + self._frames * frame_ms
-            scores.append(
-                FrameScore(start, start + frame_ms, self.backend.score(self._state, frame))
-            )
-            self._frames += 1
-        # Copy so the leftover does not pin the whole concatenated buffer.
+        # Copy so the leftover does not pin the whole buffer.
         self._pending = buf[n * frame_len :].copy()
-        return scores
+        return [buf[i * frame_len : (i + 1) * frame_len] for i in range(n)]
+
+    def _label(self, scores: list[float]) -> list[FrameScore]:
+        """FrameScores on the session clock for the next `len(scores)` frames."""
+        frame_ms = self.backend.frame_ms
+        out = []
+        for score in scores:
+            start = self._origin_ms + self._frames * frame_ms
+            out.append(FrameScore(start, start + frame_ms, score))
+            self._frames += 1
+        return out
 
     def reset(self) -> None:
         """Forget everything heard so far; keep the session clock.

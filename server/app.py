@@ -16,6 +16,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
+from engine.vad_batch import VadBatcher
 from models.base import Executor
 from models.scripted import ScriptedExecutor
 from server.auth import (
@@ -97,9 +98,10 @@ def make_hosted_executor(settings: Settings) -> Executor:
 
 
 def make_vad_backend(settings: Settings) -> VadBackend:
-    # One per server, shared by all sessions: Silero loads its model here, once.
+    # One per server, shared by all sessions: Silero loads its model here, once, and
+    # scores every session's frames in batches off the event loop (engine/vad_batch.py).
     if settings.vad_backend == "silero":
-        return SileroOnnxBackend()
+        return VadBatcher(SileroOnnxBackend())
     return WebRtcVadBackend()
 
 
@@ -107,6 +109,8 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
     settings = settings or Settings()
     owned = executor is None  # an executor passed in belongs to the caller
     model_executor = executor or make_executor(settings)
+
+    vad = make_vad_backend(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -116,12 +120,14 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
         try:
             yield
         finally:
+            if isinstance(vad, VadBatcher):
+                vad.close()
             if owned:
                 await model_executor.aclose()
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
     keys = KeyStore(settings.api_keys)
-    endpoint = RealtimeEndpoint(settings, model_executor, make_vad_backend(settings), keys)
+    endpoint = RealtimeEndpoint(settings, model_executor, vad, keys)
     app.state.keys = keys
     app.state.endpoint = endpoint
     started = int(time.time())
