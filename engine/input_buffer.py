@@ -7,13 +7,20 @@ append and the audio after it kept for the next turn.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 
 class InputBuffer:
+    """Kept as the appended chunks themselves: an append and the idle trim that
+    follows it (every 20 ms of a live microphone) touch no samples; only `take`
+    copies, and only the span it returns."""
+
     def __init__(self, rate: int = 24_000) -> None:
         self.rate = rate
-        self._chunks: list[np.ndarray] = []
+        self._chunks: deque[np.ndarray] = deque()
+        self._skip = 0  # samples of the first chunk that lie before `start`
         self.start = 0  # absolute position of the first kept sample
         self.end = 0  # absolute position after the last received sample
 
@@ -31,28 +38,36 @@ class InputBuffer:
             self._chunks.append(pcm)
             self.end += len(pcm)
 
-    def _flat(self) -> np.ndarray:
-        if len(self._chunks) != 1:
-            self._chunks = [np.concatenate(self._chunks)] if self._chunks else []
-        return self._chunks[0] if self._chunks else np.zeros(0, np.int16)
-
     def take(self, begin: int, end: int) -> np.ndarray:
         """Samples in [begin, end) (clamped to what is kept); drops all before `end`."""
         begin, end = max(begin, self.start), min(max(end, self.start), self.end)
-        flat = self._flat()
-        out = flat[max(0, begin - self.start) : end - self.start].copy()
+        self.discard_before(begin)
+        parts: list[np.ndarray] = []
+        left = end - begin
+        for chunk in self._chunks:
+            if left <= 0:
+                break
+            part = chunk[self._skip : self._skip + left] if not parts else chunk[:left]
+            parts.append(part)
+            left -= len(part)
+        out = np.concatenate(parts) if parts else np.zeros(0, np.int16)
         self.discard_before(end)
         return out
 
     def discard_before(self, pos: int) -> None:
         pos = min(max(pos, self.start), self.end)
-        if pos == self.start:
-            return
-        flat = self._flat()
-        rest = flat[pos - self.start :]
-        self._chunks = [rest] if len(rest) else []
+        drop = pos - self.start
         self.start = pos
+        while drop:
+            rest = len(self._chunks[0]) - self._skip
+            if drop < rest:
+                self._skip += drop
+                return
+            self._chunks.popleft()
+            self._skip = 0
+            drop -= rest
 
     def clear(self) -> None:
-        self._chunks = []
+        self._chunks.clear()
+        self._skip = 0
         self.start = self.end

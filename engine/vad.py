@@ -307,4 +307,6 @@ class VadStream:
         if self._resampler is None:
             return pcm
         out: npt.NDArray[np.float32] = self._resampler.resample_chunk(pcm.astype(np.float32))
-        return np.clip(np.rint(out), -32768, 32767).astype(np.int16)
+        np.rint(out, out=out)
+        out.clip(-32768, 32767, out=out)  # in place: the method skips np.clip's wrapper
+        return out.astype(np.int16)
