@@ -41,17 +41,15 @@ class InputBuffer:
     def take(self, begin: int, end: int) -> np.ndarray:
         """Samples in [begin, end) (clamped to what is kept); drops all before `end`."""
         begin, end = max(begin, self.start), min(max(end, self.start), self.end)
-        self.discard_before(begin)
-        parts: list[np.ndarray] = []
-        left = end - begin
-        for chunk in self._chunks:
-            if left <= 0:
-                break
-            part = chunk[self._skip : self._skip + left] if not parts else chunk[:left]
-            parts.append(part)
-            left -= len(part)
-        out = np.concatenate(parts) if parts else np.zeros(0, np.int16)
-        self.discard_before(end)
+        if not self._chunks:
+            return np.zeros(0, np.int16)
+        # One concatenation of what is kept; what follows `end` stays as one chunk.
+        flat = np.concatenate(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
+        base = self.start - self._skip  # absolute position of flat[0]
+        out = flat[begin - base : end - base].copy()
+        self._chunks = deque([flat]) if end < self.end else deque()
+        self._skip = end - base if end < self.end else 0
+        self.start = end
         return out
 
     def discard_before(self, pos: int) -> None:
