@@ -43,12 +43,14 @@ class InputBuffer:
         begin, end = max(begin, self.start), min(max(end, self.start), self.end)
         if not self._chunks:
             return np.zeros(0, np.int16)
-        # One concatenation of what is kept; what follows `end` stays as one chunk.
+        # One concatenation of what is kept; what follows `end` stays as one chunk, a
+        # copy, so the turn taken out is not pinned in memory by the audio after it.
         flat = np.concatenate(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
         base = self.start - self._skip  # absolute position of flat[0]
         out = flat[begin - base : end - base].copy()
-        self._chunks = deque([flat]) if end < self.end else deque()
-        self._skip = end - base if end < self.end else 0
+        rest = flat[end - base :]
+        self._chunks = deque([rest.copy()]) if len(rest) else deque()
+        self._skip = 0
         self.start = end
         return out
 
