@@ -34,8 +34,9 @@ largest passing N.
 
 Also: VAD CPU per audio second per backend; Parley's capacity at 40 and 100 ms
 chunks; barge-in reaction (Parley with answers paced like real-time synthesis,
-interrupting speech during every answer); with --targets parley-1w parley-2w,
-`parley serve` with 1 and 2 worker processes; with --profile N, py-spy's top frames
+interrupting speech during every answer); `parley serve --workers 2` searched from
+above the one process's knee (with --targets parley-1w parley-2w, `parley serve` with
+1 and 2 worker processes swept side by side); with --profile N, py-spy's top frames
 of the server at N.
 
 Writes bench/results/load.json and bench/results/load.png. Every run is bounded:
@@ -88,7 +89,7 @@ POINT_TIMEOUT_S = 90.0
 PACED = ["--chunk-ms", "100", "--chunk-delay-s", "0.1"]  # the barge-in server's answers
 # Finer near the knees seen on 2 cores (100-150), so every target meets the same Ns.
 DEFAULT_SWEEP = [1, 25, 50, 75, 100, 112, 125, 137, 150, 175, 200, 250, 300, 350, 400]
-RESERVE_S = 80.0  # of the budget, kept from the sweep for the other chunk sizes and barge-in
+RESERVE_S = 110.0  # of the budget, kept from the sweep for other chunk sizes, 2 workers, barge-in
 
 BACKENDS: dict[str, Callable[[], VadBackend]] = {
     "silero": SileroOnnxBackend,
@@ -781,7 +782,7 @@ class Bench:
                     passed[name] = mid
                 else:
                     failed[name] = mid
-        self.unbounded = sorted(set(passed) - set(failed))
+        self.unbounded += sorted(set(passed) - set(failed))
         return passed
 
     async def search(self, server: Server, chunk_ms: int, start: int, points: int) -> int:
@@ -800,6 +801,9 @@ class Bench:
                 n = (best + n) // 2 if best else n * 3 // 4
             if worst is not None and worst - best <= max(2, best // 10):
                 break
+        if worst is None:  # never failed: a lower bound
+            name = server.target.name
+            self.unbounded.append(name if chunk_ms == 20 else f"{name} at {chunk_ms} ms")
         return best
 
 
@@ -1031,6 +1035,17 @@ async def main_async(args: argparse.Namespace) -> None:
                 servers[0], chunk_ms, start, args.search_points
             )
 
+    if args.workers_search and "parley" in names and bench.time_left() > 60:
+        # `parley serve --workers 2` (client-side figures only), from above the one
+        # process's 20 ms knee: what the second core adds.
+        start = max(1, capacity["20"].get("parley", 1) * 5 // 4)
+        print("\nparley serve --workers 2: capacity at 20 ms chunks", flush=True)
+        async with started(all_targets["parley-2w"]) as servers:
+            await bench.warm(servers)
+            capacity["20"]["parley-2w"] = await bench.search(
+                servers[0], 20, start, args.workers_search
+            )
+
     if args.barge and bench.time_left() > 60:
         print(f"\nbarge-in: {args.barge} sessions, paced answers (100 ms chunks at real time)")
         barge_clip = Clip.build(lead_ms=0, trail_ms=800)
@@ -1065,8 +1080,8 @@ async def main_async(args: argparse.Namespace) -> None:
         f"{p}/{f}": round(cap20[p] / cap20[f], 2) if cap20.get(f) else None
         for p in ("parley", "parley-webrtc", "parley-2w")
         if p in cap20
-        for f in ("echo", "vad", "parley-1w")
-        if f in cap20
+        for f in ("echo", "vad", "parley-1w", "parley")
+        if f in cap20 and f != p
     }
     result["machine"]["run_wall_s"] = round(wall, 1)
     result["setup"] = {
@@ -1143,6 +1158,13 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, nargs="+", default=[20, 40, 100])
     parser.add_argument("--search-points", type=int, default=3)
     parser.add_argument("--vad-backend", default="silero", choices=list(BACKENDS))
+    parser.add_argument(
+        "--workers-search",
+        type=int,
+        default=4,
+        metavar="POINTS",
+        help="points to search `parley serve --workers 2` at 20 ms chunks (0: skip)",
+    )
     parser.add_argument("--barge", type=int, default=10, help="barge-in sessions (0: skip)")
     parser.add_argument("--barge-window", type=float, default=15.0)
     parser.add_argument(
@@ -1161,7 +1183,7 @@ def main() -> None:
         help="servers to sweep back to back; parley-1w and parley-2w are `parley serve "
         "--workers 1|2` (client-side figures only)",
     )
-    parser.add_argument("--budget", type=float, default=450.0, help="seconds for the whole run")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run")
     parser.add_argument("--name", default="load", help="results file name")
     parser.add_argument(
         "--profile",
