@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from models.cascade.tts import (
     CLAUSE_MIN_CHARS,
+    SENTENCE_MAX_CHARS,
     FliteSynthesizer,
     PiperSynthesizer,
     SynthesisError,
@@ -86,9 +87,46 @@ def test_long_clause_threshold() -> None:
     assert split_sentences(short + ", more") == ([], short + ", more")
 
 
+def test_a_run_on_reply_is_cut_at_spaces_before_the_cap() -> None:
+    words = " ".join(f"word{i}" for i in range(200))  # no break of any kind
+    sentences, rest = split_sentences(words)
+    assert len(sentences) >= 4
+    assert all(len(s) <= SENTENCE_MAX_CHARS for s in [*sentences, rest])
+    assert all(s.split()[-1].startswith("word") for s in sentences)  # whole words
+    assert " ".join([*sentences, rest]) == words
+
+
+def test_a_piece_without_spaces_is_cut_at_the_cap() -> None:
+    token = "Hell" * 150  # a degenerate model repeating one token
+    sentences, rest = split_sentences(token + " and")
+    assert sentences == [
+        token[:SENTENCE_MAX_CHARS],
+        token[SENTENCE_MAX_CHARS : 2 * SENTENCE_MAX_CHARS],
+    ]
+    assert rest == token[2 * SENTENCE_MAX_CHARS :] + " and"
+
+
+def test_a_run_of_marks_is_cut_at_the_cap() -> None:
+    sentences, rest = split_sentences("Wait" + "!" * 500)
+    assert [len(s) for s in sentences] == [SENTENCE_MAX_CHARS, SENTENCE_MAX_CHARS]
+    assert len(rest) == 504 - 2 * SENTENCE_MAX_CHARS
+
+
+def test_a_degenerate_stream_keeps_the_remainder_bounded() -> None:
+    rest, spoken = "", 0
+    for _ in range(5_000):
+        done, rest = split_sentences(rest + "Hell")
+        assert len(rest) <= SENTENCE_MAX_CHARS
+        spoken += sum(map(len, done))
+    assert spoken + len(rest) == 4 * 5_000
+
+
 # Fragments that meet the splitter's edge cases more often than random text would.
+# The long word and the run of marks reach SENTENCE_MAX_CHARS.
 WORDS = ["Mr.", "Dr.", "3.5", "42.", "e.g.", "U.S.", "I.", "J.", "1.", "word", "a", "x" * 40]
+WORDS += ["x" * 250]
 MARKS = [" ", "  ", "\n", ".", "!", "?", "...", ",", ";", ":", '"', ")", "(", "\u201d", "\t"]
+MARKS += ["!" * 100]
 FRAGMENTS = st.sampled_from([*WORDS, *MARKS])
 TEXTS = st.lists(FRAGMENTS, max_size=40).map("".join) | st.text(max_size=200)
 
@@ -115,6 +153,23 @@ def test_split_sentences_are_stripped_single_lines(buffer: str) -> None:
     for sentence in sentences:
         assert sentence and sentence == sentence.strip() and "\n" not in sentence
     assert "\n" not in rest and rest == rest.lstrip()
+
+
+@given(TEXTS)
+def test_no_piece_is_longer_than_the_cap(buffer: str) -> None:
+    sentences, rest = split_sentences(buffer)
+    assert all(len(s) <= SENTENCE_MAX_CHARS for s in [*sentences, rest])
+
+
+# The cut at the cap lands inside a run of marks; the piece after it is scanned anew.
+CAP_IN_A_RUN = "xxxx" + "!" * 100 + ";" + "x" * 40 + " a.I.I." + "!" * 89 + " "
+
+
+@pytest.mark.parametrize("at", [1, 120, 200, len(CAP_IN_A_RUN) - 1])
+def test_a_cut_at_the_cap_is_the_same_streamed(at: int) -> None:
+    whole = split_sentences(CAP_IN_A_RUN)
+    assert whole[0]  # cut at the cap
+    assert stream([CAP_IN_A_RUN[:at], CAP_IN_A_RUN[at:]]) == whole
 
 
 @given(st.lists(TEXTS, max_size=8))

@@ -399,6 +399,10 @@ def default_synthesizer() -> Synthesizer:
 # A clause break (, ; :) ends a piece only once it is this long, so a long sentence
 # starts sounding early while short ones keep their natural phrasing.
 CLAUSE_MIN_CHARS = 60
+# A piece with no break at all (a run-on reply, a degenerate model repeating a token)
+# is cut at its last space once it is this long, else right there: each synthesis
+# call stays short (flite needs ~7 s for 1,600 words) and the buffer stays bounded.
+SENTENCE_MAX_CHARS = 240
 TERMINATORS = ".!?"
 CLAUSE_BREAKS = ",;:"
 CLOSERS = "\"')]}\u201d\u2019\u00bb"  # and curly quotes, guillemets
@@ -432,7 +436,9 @@ def split_sentences(buffer: str) -> tuple[list[str], str]:
     brackets), at a newline, or at , ; : followed by whitespace once it is at least
     CLAUSE_MIN_CHARS long. The whitespace is required so "3.5" and "example.com" stay
     whole; hence "Done." at the very end waits for more text, and the caller speaks
-    the remainder when the stream ends. Sentences are stripped and never empty.
+    the remainder when the stream ends. A piece that reaches SENTENCE_MAX_CHARS with
+    none of these is cut at its last space (or there, if it has none), so the rest is
+    never longer. Sentences are stripped and never empty.
     """
     sentences: list[str] = []
     start = i = 0
@@ -445,16 +451,29 @@ def split_sentences(buffer: str) -> tuple[list[str], str]:
         start = resume
 
     while i < n:
+        while start < i and buffer[start].isspace():
+            start += 1  # measure from the first character the piece will keep
+        if i - start >= SENTENCE_MAX_CHARS:
+            space = max(buffer.rfind(" ", start, i), buffer.rfind("\t", start, i))
+            if space > start:
+                cut(space, space + 1)
+            else:
+                cut(i, i)
+            i = start  # rescan the new piece from its start, as the next call would
+            continue
         ch = buffer[i]
         if ch == "\n":
             cut(i, i + 1)
             i += 1
         elif ch in TERMINATORS:
-            end = i + 1
-            while end < n and buffer[end] in TERMINATORS:
+            end, limit = i + 1, min(n, start + SENTENCE_MAX_CHARS)
+            while end < limit and buffer[end] in TERMINATORS:
                 end += 1
-            while end < n and buffer[end] in CLOSERS:
+            while end < limit and buffer[end] in CLOSERS:
                 end += 1
+            if end == start + SENTENCE_MAX_CHARS:
+                i = end
+                continue  # a run of marks up to the cap: cut above
             if end == n:
                 break  # whether it ends a sentence depends on the next character
             if buffer[end].isspace() and not (ch == "." and _is_abbreviation(buffer[start:i])):

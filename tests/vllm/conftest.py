@@ -61,8 +61,9 @@ def newline_id(model: Path) -> int:
 
 def speakable_ids(model: Path) -> list[int]:
     """Tokens of plain words, punctuation and newlines: the random model samples only
-    these (vLLM's allowed_token_ids), as its raw bytes can stall a TTS engine (flite
-    hung 30 s on control characters)."""
+    these (vLLM's allowed_token_ids), so its answers are text a TTS engine reads. (A
+    run-on answer once kept flite busy 30 s on one huge "sentence"; split_sentences
+    now caps a piece at SENTENCE_MAX_CHARS.)"""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
