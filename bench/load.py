@@ -29,15 +29,16 @@ Per target and N, over a measurement window after a warm-up:
 A point passes when p99 of (a) and (b) (floors: ack) is under 50 ms and no send
 slipped more than 20 ms; a failing point is run once more (--retries) and passes if
 either run does. The targets run back to back at each N of the sweep; a target
-leaves at its first failing N (--refine bisects after that). Capacity is the
-largest passing N.
+leaves at its first failing N, then --refine bisects its knee (once by default).
+Capacity is the largest passing N.
 
-Also: VAD CPU per audio second per backend; Parley's capacity at 40 and 100 ms
-chunks; barge-in reaction (Parley with answers paced like real-time synthesis,
-interrupting speech during every answer); `parley serve --workers 2` searched from
-above the one process's knee (with --targets parley-1w parley-2w, `parley serve` with
-1 and 2 worker processes swept side by side); with --profile N, py-spy's top frames
-of the server at N.
+Also, in this order, each with time kept for it from the sweep: VAD CPU per audio
+second per backend; barge-in reaction (Parley with answers paced like real-time
+synthesis, interrupting speech during every answer); `parley serve --workers 2`
+searched from above the one process's knee; Parley's capacity at 40 and 100 ms
+chunks. With --targets parley-1w parley-2w, `parley serve` with 1 and 2 worker
+processes are swept side by side; with --profile N, py-spy's top frames of the
+server at N.
 
 Writes bench/results/load.json and bench/results/load.png. Every run is bounded:
 a window of --window seconds per point, at most --max-n sessions, a timeout per
@@ -87,10 +88,15 @@ WARMUP_S = 1.0
 CONNECT_CONCURRENCY = 16
 POINT_TIMEOUT_S = 90.0
 PACED = ["--chunk-ms", "100", "--chunk-delay-s", "0.1"]  # the barge-in server's answers
-# Finer near the knees seen on 2 cores (100-150), so every target meets the same Ns.
-DEFAULT_SWEEP = [1, 25, 50, 75, 100, 112, 125, 137, 150, 175, 200, 250, 300, 350, 400]
+# Coarse, then one bisection at each knee (--refine): the knees move from about 75 to
+# 300 sessions with how busy this shared machine is.
+DEFAULT_SWEEP = [1, 25, 50, 100, 150, 200, 250, 300, 350, 400]
 BATCHED_SESSIONS = 32  # streams sharing the VadBatcher in the VAD cost figure
-RESERVE_S = 110.0  # of the budget, kept from the sweep for other chunk sizes, 2 workers, barge-in
+# Seconds of the budget the later stages need, kept from the sweep so that they run:
+BARGE_S = 30.0  # barge-in: one 15 s point
+WORKERS_S = 50.0  # parley serve --workers 2: up to 4 points
+CHUNKS_S = 60.0  # 40 and 100 ms chunks: up to 3 points each
+RESERVE_S = BARGE_S + WORKERS_S + CHUNKS_S
 
 BACKENDS: dict[str, Callable[[], VadBackend]] = {
     "silero": SileroOnnxBackend,
@@ -786,12 +792,14 @@ class Bench:
         self.unbounded += sorted(set(passed) - set(failed))
         return passed
 
-    async def search(self, server: Server, chunk_ms: int, start: int, points: int) -> int:
-        """Capacity at another chunk size: from `start` up by 25 % while passing (down
-        while failing), `points` runs at most."""
+    async def search(
+        self, server: Server, chunk_ms: int, start: int, points: int, keep_s: float = 0.0
+    ) -> int:
+        """Capacity from `start`: up by 25 % while passing (down while failing),
+        `points` runs at most, stopping while `keep_s` of the budget is left."""
         n, best, worst = start, 0, None
         for _ in range(points):
-            if self.time_left() < 30 or n < 1 or n > self.args.max_n:
+            if self.time_left() < max(30.0, keep_s) or n < 1 or n > self.args.max_n:
                 break
             p = await self.point(server, n, chunk_ms)
             if p.passed:
@@ -1062,28 +1070,9 @@ async def main_async(args: argparse.Namespace) -> None:
     async with started(*(all_targets[n] for n in names)) as servers:
         await bench.warm(servers)
         capacity["20"] = await bench.sweep(servers, 20)
-        for chunk_ms in args.chunks:
-            if chunk_ms == 20 or names[0] != "parley":
-                continue
-            # Larger chunks save per-message work: start above the 20 ms figure.
-            start = max(1, capacity["20"].get("parley", 1) * 5 // 4)
-            print(f"\nparley: capacity at {chunk_ms} ms chunks", flush=True)
-            capacity.setdefault(str(chunk_ms), {})["parley"] = await bench.search(
-                servers[0], chunk_ms, start, args.search_points
-            )
+    larger = [c for c in args.chunks if c != 20] if names[0] == "parley" else []
 
-    if args.workers_search and "parley" in names and bench.time_left() > 60:
-        # `parley serve --workers 2` (client-side figures only), from above the one
-        # process's 20 ms knee: what the second core adds.
-        start = max(1, capacity["20"].get("parley", 1) * 5 // 4)
-        print("\nparley serve --workers 2: capacity at 20 ms chunks", flush=True)
-        async with started(all_targets["parley-2w"]) as servers:
-            await bench.warm(servers)
-            capacity["20"]["parley-2w"] = await bench.search(
-                servers[0], 20, start, args.workers_search
-            )
-
-    if args.barge and bench.time_left() > 60:
+    if args.barge and bench.time_left() > 30:
         print(f"\nbarge-in: {args.barge} sessions, paced answers (100 ms chunks at real time)")
         barge_clip = Clip.build(lead_ms=0, trail_ms=800)
         chunk_ms = 20
@@ -1110,6 +1099,28 @@ async def main_async(args: argparse.Namespace) -> None:
             if key in b:
                 print(f"  {key} | {b[key]['n']} | {_f(b[key]['p50'], 1)} | {_f(b[key]['p99'], 1)}")
         print(f"  responses done: {p.responses_done}, slip max {_f(p.slip_ms['max'], 1)} ms")
+
+    if args.workers_search and "parley" in names and bench.time_left() > 30:
+        # `parley serve --workers 2` (client-side figures only), from above the one
+        # process's 20 ms knee: what the second core adds.
+        start = max(1, capacity["20"].get("parley", 1) * 5 // 4)
+        print("\nparley serve --workers 2: capacity at 20 ms chunks", flush=True)
+        async with started(all_targets["parley-2w"]) as servers:
+            await bench.warm(servers)
+            capacity["20"]["parley-2w"] = await bench.search(
+                servers[0], 20, start, args.workers_search, keep_s=CHUNKS_S if larger else 0.0
+            )
+
+    if larger and bench.time_left() > 30:
+        # Larger chunks save per-message work: start above the 20 ms figure.
+        start = max(1, capacity["20"].get("parley", 1) * 5 // 4)
+        async with started(all_targets["parley"]) as (server,):
+            await bench.warm([server])
+            for chunk_ms in larger:
+                print(f"\nparley: capacity at {chunk_ms} ms chunks", flush=True)
+                capacity.setdefault(str(chunk_ms), {})["parley"] = await bench.search(
+                    server, chunk_ms, start, args.search_points
+                )
 
     wall = time.monotonic() - t_start
     cap20 = capacity["20"]
@@ -1190,7 +1201,7 @@ def main() -> None:
     parser.add_argument("--sweep", type=int, nargs="+", default=DEFAULT_SWEEP)
     parser.add_argument("--max-n", type=int, default=400)
     parser.add_argument(
-        "--refine", type=int, default=0, help="bisection steps at each knee, after the sweep"
+        "--refine", type=int, default=1, help="bisection steps at each knee, after the sweep"
     )
     parser.add_argument("--chunks", type=int, nargs="+", default=[20, 40, 100])
     parser.add_argument("--search-points", type=int, default=3)
