@@ -85,7 +85,7 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 # Voice-to-voice latency of the embedded pipeline, turn detection per VAD backend, and
-# capacity under load beside the floor (about 8 minutes on 2 cores); tables on stdout,
+# capacity under load beside the floor (about 8.5 minutes on 2 cores); tables on stdout,
 # JSON and a plot in bench/results/ (docs/performance.md).
 .PHONY: bench
 bench: $(VENV)/.installed-bench
