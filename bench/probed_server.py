@@ -161,6 +161,12 @@ def freeze_startup_heap() -> None:
     freeze()
 
 
+def shorten_gil_switch_interval() -> None:
+    from server.cli import shorten_gil_switch_interval as shorten
+
+    shorten()
+
+
 def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
     from server.cli import uvicorn_config
     from server.config import Settings
@@ -227,6 +233,7 @@ def main() -> None:
     config = parley_config(args, probes) if args.kind == "parley" else floor_config(args, probes)
     if not args.no_gc_freeze:
         freeze_startup_heap()  # as `parley serve` does before serving (the floors too)
+    shorten_gil_switch_interval()  # as `parley serve` does (no effect on one thread)
     asyncio.run(serve(config, probes))
 
 
