@@ -92,11 +92,10 @@ PACED = ["--chunk-ms", "100", "--chunk-delay-s", "0.1"]  # the barge-in server's
 # 300 sessions with how busy this shared machine is.
 DEFAULT_SWEEP = [1, 25, 50, 100, 150, 200, 250, 300, 350, 400]
 BATCHED_SESSIONS = 32  # streams sharing the VadBatcher in the VAD cost figure
-# Seconds of the budget the later stages need, kept from the sweep so that they run:
+# Seconds of the budget each later stage needs, kept from the sweep so that it runs:
 BARGE_S = 30.0  # barge-in: one 15 s point
 WORKERS_S = 50.0  # parley serve --workers 2: up to 4 points
 CHUNKS_S = 60.0  # 40 and 100 ms chunks: up to 3 points each
-RESERVE_S = BARGE_S + WORKERS_S + CHUNKS_S
 
 BACKENDS: dict[str, Callable[[], VadBackend]] = {
     "silero": SileroOnnxBackend,
@@ -703,6 +702,10 @@ class Bench:
     def time_left(self) -> float:
         return float(self.deadline - time.monotonic())
 
+    def out_of_time(self, keep_s: float = 0.0) -> bool:
+        """No time for another point while `keep_s` stays for the stages after it."""
+        return self.time_left() < max(30.0, keep_s)
+
     def texts_for(self, chunk_ms: int) -> list[str]:
         if chunk_ms not in self.texts:
             self.texts[chunk_ms] = self.clip.texts(chunk_ms)
@@ -740,7 +743,7 @@ class Bench:
             self.points.append(p)
             print(row(p), flush=True)
             retries = self.args.retries + (p.other_cpu_pct > 50 and self.args.retries > 0)
-            if p.passed or attempt > retries or self.time_left() < 30:
+            if p.passed or attempt > retries or self.out_of_time():
                 break
         p.decisive = True
         return p
@@ -752,10 +755,11 @@ class Bench:
         await asyncio.gather(*(run_point(s, 8, 20, texts, 3.0, None) for s in servers))
         await asyncio.gather(*(s.drained() for s in servers))
 
-    async def sweep(self, servers: list[Server], chunk_ms: int) -> dict[str, int]:
+    async def sweep(self, servers: list[Server], chunk_ms: int, keep_s: float) -> dict[str, int]:
         """Back to back at each N; a target leaves at its first failing N, then its
-        knee is bisected (--refine). The capacity per target; a target that never
-        failed (the sweep or the budget ran out) is listed in `self.unbounded`."""
+        knee is bisected (--refine); `keep_s` of the budget is left for later stages.
+        The capacity per target; a target that never failed (the sweep or the budget
+        ran out) is listed in `self.unbounded`."""
         alive = {s.target.name for s in servers}
         passed: dict[str, int] = {s.target.name: 0 for s in servers}
         failed: dict[str, int] = {}
@@ -763,7 +767,7 @@ class Bench:
         for n in [n for n in self.args.sweep if n <= self.args.max_n]:
             for server in servers:
                 name = server.target.name
-                if name not in alive or self.time_left() < RESERVE_S:
+                if name not in alive or self.out_of_time(keep_s):
                     continue
                 p = await self.point(server, n, chunk_ms)
                 if p.passed:
@@ -779,9 +783,7 @@ class Bench:
                 continue
             for _ in range(self.args.refine):
                 lo, hi = passed[name], failed[name]
-                if self.time_left() < RESERVE_S:
-                    break
-                if hi - lo <= max(2, lo // 10) or self.time_left() < 30:
+                if self.out_of_time(keep_s) or hi - lo <= max(2, lo // 10):
                     break
                 mid = (lo + hi) // 2
                 p = await self.point(server, mid, chunk_ms)
@@ -799,7 +801,7 @@ class Bench:
         `points` runs at most, stopping while `keep_s` of the budget is left."""
         n, best, worst = start, 0, None
         for _ in range(points):
-            if self.time_left() < max(30.0, keep_s) or n < 1 or n > self.args.max_n:
+            if self.out_of_time(keep_s) or n < 1 or n > self.args.max_n:
                 break
             p = await self.point(server, n, chunk_ms)
             if p.passed:
@@ -1067,12 +1069,18 @@ async def main_async(args: argparse.Namespace) -> None:
     names = args.targets
     if args.vad_backend == "webrtc" and "parley-webrtc" in names:
         names = [n for n in names if n != "parley-webrtc"]  # "parley" is that already
+    workers = bool(args.workers_search) and "parley" in names
+    larger = [c for c in args.chunks if c != 20] if names[0] == "parley" else []
+    keep_s = (
+        (BARGE_S if args.barge else 0.0)
+        + (WORKERS_S if workers else 0.0)
+        + (CHUNKS_S if larger else 0.0)
+    )
     async with started(*(all_targets[n] for n in names)) as servers:
         await bench.warm(servers)
-        capacity["20"] = await bench.sweep(servers, 20)
-    larger = [c for c in args.chunks if c != 20] if names[0] == "parley" else []
+        capacity["20"] = await bench.sweep(servers, 20, keep_s)
 
-    if args.barge and bench.time_left() > 30:
+    if args.barge and not bench.out_of_time():
         print(f"\nbarge-in: {args.barge} sessions, paced answers (100 ms chunks at real time)")
         barge_clip = Clip.build(lead_ms=0, trail_ms=800)
         chunk_ms = 20
@@ -1100,7 +1108,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 print(f"  {key} | {b[key]['n']} | {_f(b[key]['p50'], 1)} | {_f(b[key]['p99'], 1)}")
         print(f"  responses done: {p.responses_done}, slip max {_f(p.slip_ms['max'], 1)} ms")
 
-    if args.workers_search and "parley" in names and bench.time_left() > 30:
+    if workers and not bench.out_of_time():
         # `parley serve --workers 2` (client-side figures only), from above the one
         # process's 20 ms knee: what the second core adds.
         start = max(1, capacity["20"].get("parley", 1) * 5 // 4)
@@ -1111,7 +1119,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 servers[0], 20, start, args.workers_search, keep_s=CHUNKS_S if larger else 0.0
             )
 
-    if larger and bench.time_left() > 30:
+    if larger and not bench.out_of_time():
         # Larger chunks save per-message work: start above the 20 ms figure.
         start = max(1, capacity["20"].get("parley", 1) * 5 // 4)
         async with started(all_targets["parley"]) as (server,):

@@ -155,18 +155,6 @@ def instrument_parley(probes: Probes) -> None:
     Session._on_turn_event = timed_on_turn_event  # type: ignore[method-assign]
 
 
-def freeze_startup_heap() -> None:
-    from server.cli import freeze_startup_heap as freeze
-
-    freeze()
-
-
-def shorten_gil_switch_interval() -> None:
-    from server.cli import shorten_gil_switch_interval as shorten
-
-    shorten()
-
-
 def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
     from server.cli import uvicorn_config
     from server.config import Settings
@@ -231,9 +219,9 @@ def main() -> None:
     args = parser.parse_args()
     probes = Probes()
     config = parley_config(args, probes) if args.kind == "parley" else floor_config(args, probes)
-    if not args.no_gc_freeze:
-        freeze_startup_heap()  # as `parley serve` does before serving (the floors too)
-    shorten_gil_switch_interval()  # as `parley serve` does (no effect on one thread)
+    from server.cli import prepare_to_serve
+
+    prepare_to_serve(freeze_heap=not args.no_gc_freeze)  # as `parley serve` (floors too)
     asyncio.run(serve(config, probes))
 
 

@@ -171,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"parley: cannot start: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
         return 2
     server = uvicorn.Server(config)
-    freeze_startup_heap()
-    shorten_gil_switch_interval()
+    prepare_to_serve()
     server.run()
     return 0 if server.started else 3
 
@@ -197,9 +196,13 @@ def freeze_startup_heap() -> None:
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-def shorten_gil_switch_interval() -> None:
-    """Let the server's worker threads (VAD batches, model executors) get the GIL
-    back from the event loop within half a millisecond; see above."""
+def prepare_to_serve(freeze_heap: bool = True) -> None:
+    """What `parley serve` does to its process (each worker's too) once the app is
+    built, before serving: freeze the start-up heap, and let the server's worker
+    threads (VAD batches, model executors) get the GIL back from the event loop
+    within half a millisecond (see above)."""
+    if freeze_heap:
+        freeze_startup_heap()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
 
@@ -221,8 +224,7 @@ def worker_app() -> Any:
     except ModelMissing as exc:
         print(f"parley: cannot start: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
         sys.exit(STARTUP_FAILURE)
-    freeze_startup_heap()
-    shorten_gil_switch_interval()
+    prepare_to_serve()
     return app
 
 
