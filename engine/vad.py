@@ -52,8 +52,9 @@ class VadBackend(Protocol):
 
 
 @runtime_checkable
-class FrameBatcher(Protocol):
-    """A backend that scores frames off the event loop (engine.vad_batch.VadBatcher)."""
+class OffLoopScorer(Protocol):
+    """What a `VadStream` awaits to have frames scored off the event loop (the
+    `VadBatcher` of engine/vad_batch.py is one)."""
 
     async def score_frames(self, state: object, frames: list[Pcm16]) -> list[float]: ...
 
@@ -233,7 +234,7 @@ class VadStream:
 
     def __init__(self, backend: VadBackend, input_rate: int = 24000) -> None:
         self.backend = backend
-        self._batcher = backend if isinstance(backend, FrameBatcher) else None
+        self._off_loop = backend if isinstance(backend, OffLoopScorer) else None
         self.input_rate = input_rate
         self._samples_in = 0
         self._state: object
@@ -257,10 +258,10 @@ class VadStream:
         """As `process`, but off the event loop where it can be: a `VadBatcher`
         backend scores on its worker thread, and with `offload` (a large append) the
         resampling runs in a thread too, as does a plain backend's scoring."""
-        if self._batcher is None:
+        if self._off_loop is None:
             return await asyncio.to_thread(self.process, pcm) if offload else self.process(pcm)
         frames = await asyncio.to_thread(self._cut, pcm) if offload else self._cut(pcm)
-        return self._label(await self._batcher.score_frames(self._state, frames))
+        return self._label(await self._off_loop.score_frames(self._state, frames))
 
     def _cut(self, pcm: Pcm16) -> list[Pcm16]:
         """Resample `pcm` and return the whole frames it completes."""

@@ -30,7 +30,9 @@ from engine.vad import Pcm16, VadBackend
 log = logging.getLogger(__name__)
 
 
-class BatchVadBackend(VadBackend, Protocol):
+class BatchScoringBackend(VadBackend, Protocol):
+    """What a `VadBatcher` needs of its backend: many streams scored in one call."""
+
     def score_batch(self, states: Sequence[object], frames: Pcm16) -> list[float]:
         """Scores row i of `frames` ([n, samples]) with `states[i]`, updating it."""
         ...
@@ -62,7 +64,7 @@ class VadBatcher:
     `score` still scores one frame inline, for callers that want no thread.
     """
 
-    def __init__(self, backend: BatchVadBackend, max_batch: int = 64) -> None:
+    def __init__(self, backend: BatchScoringBackend, max_batch: int = 64) -> None:
         self.backend = backend
         self.max_batch = max_batch
         self._inbox: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
