@@ -73,10 +73,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from bench.machine import machine, machine_ticks, tree_cpu_seconds, tree_rss_bytes
+from bench.speech import PCM_RATE as RATE
+from bench.speech import load_wav, silence
 from bench.vad_backends import speech_extent_ms
 from engine.turns import ServerVadParams, SpeechStopped, TurnDetector
 from engine.vad import SileroOnnxBackend, VadBackend, VadStream, WebRtcVadBackend
-from tests.audio_fixtures import RATE, load_wav, silence
 
 FIXTURES = ["weather", "joke", "timer", "lights"]
 RESULTS = Path(__file__).parent / "results"
