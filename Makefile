@@ -95,7 +95,7 @@ bench: $(VENV)/.installed-bench
 
 # Regenerates the committed speech fixtures (needs Debian's espeak-ng and sox).
 fixtures:
-	tests/fixtures/make_fixtures.sh
+	bench/speech/make_fixtures.sh
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache

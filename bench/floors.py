@@ -1,4 +1,4 @@
-"""The physical floor for bench/load.py: WebSocket servers that do the least a
+"""The physical floor for bench/load: WebSocket servers that do the least a
 realtime server must do with each `input_audio_buffer.append`.
 
 - `echo`: a bare FastAPI/uvicorn WebSocket endpoint that parses each append (JSON,

@@ -1,7 +1,7 @@
-"""A server for bench/load.py, with probes: Parley (`parley serve --executor scripted`
+"""A server for bench/load, with probes: Parley (`parley serve --executor scripted`
 as the CLI builds it) or one of the floors (bench/floors.py).
 
-Run by bench/load.py as its own process:
+Run by bench/load as its own process:
   python -m bench.probed_server parley --port P [--vad-backend silero|webrtc]
   python -m bench.probed_server echo|vad --port P
 

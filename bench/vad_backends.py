@@ -21,11 +21,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
 from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector
 from engine.vad import SileroOnnxBackend, VadBackend, VadStream, WebRtcVadBackend
-from tests.audio_fixtures import RATE, load_wav, silence
 
-FIXTURES = ["weather", "joke", "timer", "lights"]
 GAP_MS = 1000
 # Noise RMS as a fraction of full scale. The fixtures' speech is ~0.1 RMS
 # (10 ms blocks above the speech floor), so these are clean, ~24, ~14 and ~8 dB SNR.
@@ -56,7 +55,7 @@ def build_clip() -> tuple[Pcm16, list[Span]]:
         start, end = speech_extent_ms(pcm)
         truth.append((at + start, at + end))
         parts += [pcm, silence(GAP_MS)]
-        at += len(pcm) * 1000 // RATE + GAP_MS
+        at += len(pcm) * 1000 // PCM_RATE + GAP_MS
     return np.concatenate(parts), truth
 
 
@@ -77,7 +76,7 @@ def detect_turns(backend: VadBackend, pcm: Pcm16, params: ServerVadParams) -> li
             turns.append((onset, event.audio_end_ms - params.silence_duration_ms))
             onset = None
     if onset is not None:  # still open at the end of the clip
-        turns.append((onset, len(pcm) * 1000 // RATE))
+        turns.append((onset, len(pcm) * 1000 // PCM_RATE))
     return turns
 
 
@@ -122,7 +121,7 @@ def cpu_us_per_audio_s(backend: VadBackend, pcm: Pcm16, repeats: int = 3) -> flo
         t0 = time.process_time()
         stream.process(pcm)
         best = min(best, time.process_time() - t0)
-    return best * 1e6 / (len(pcm) / RATE)
+    return best * 1e6 / (len(pcm) / PCM_RATE)
 
 
 def measure(

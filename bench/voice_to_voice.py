@@ -40,6 +40,7 @@ import numpy as np
 
 from bench.machine import cpu_seconds
 from bench.machine import machine as machine_facts
+from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
 from bench.vad_backends import speech_extent_ms
 from engine.session import Session
 from engine.session_config import DEFAULT_VAD
@@ -48,9 +49,7 @@ from models.cascade.asr import cache_dir
 from models.cascade.build import CascadeOptions, build_cascade
 from models.cascade.pipeline import CascadeExecutor
 from server.protocol import ProtocolError, parse_client_event
-from tests.audio_fixtures import RATE, load_wav, silence
 
-FIXTURES = ["weather", "joke", "timer", "lights"]
 REPEATS = 3
 CHUNK_MS = 20
 LEAD_MS = 300
@@ -172,7 +171,7 @@ def _ms(a: float | None, b: float | None) -> float | None:
 async def speak(driver: Driver, run: Run, pcm: np.ndarray, speech_end_ms: int) -> None:
     """Send `pcm` in real time, wait for the answer, and fill in `run`."""
     loop = asyncio.get_running_loop()
-    chunk = RATE * CHUNK_MS // 1000
+    chunk = PCM_RATE * CHUNK_MS // 1000
     # Index of the chunk holding the last audible 10 ms block of speech.
     last_speech_chunk = -(-speech_end_ms // CHUNK_MS) - 1
     seen = driver.seen
@@ -215,7 +214,7 @@ async def speak(driver: Driver, run: Run, pcm: np.ndarray, speech_end_ms: int) -
     stats = driver.executor.stats
     run.tokens = stats.tokens_by_request.get(resp_id)
     run.sentences = stats.sentences_by_request.get(resp_id)
-    run.audio_out_s = seen.samples.get(resp_id, 0) / RATE
+    run.audio_out_s = seen.samples.get(resp_id, 0) / PCM_RATE
     user, resp = stats.marks.get(item_id, {}), stats.marks.get(resp_id, {})
     t_text, t_token, t_audio = (
         user.get("transcribed"),

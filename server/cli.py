@@ -1,4 +1,4 @@
-"""`parley serve`: run the realtime server (and `parley models`, `parley bench`)."""
+"""`parley serve`: run the realtime server (and `parley models`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from uvicorn.config import STARTUP_FAILURE
 
 from models.errors import ModelMissing
-from server import bench_cli
 from server.app import create_app
 from server.auth import exposure_warning
 from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
@@ -138,19 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         "--max-sessions on its own",
     )
     commands.add_parser("models", help="list the bundled models: sizes, licences, sources")
-    bench = commands.add_parser(
-        "bench",
-        help="run the benchmarks of this source checkout (as make bench does)",
-        description="Run the benchmarks (docs/performance.md): all of them in turn, or "
-        "one, with its own options after its name (parley bench load --help).",
-    )
-    bench.add_argument("which", nargs="?", default="all", choices=bench_cli.CHOICES)
-    bench.add_argument("extra", nargs=argparse.REMAINDER, help="options for that benchmark")
     args = parser.parse_args(argv)
     if args.command == "models":
         return print_models()
-    if args.command == "bench":
-        return bench_cli.run(args.which, args.extra)
 
     skip = ("command", "workers")
     overrides = {k: v for k, v in vars(args).items() if k not in skip and v is not None}

@@ -33,8 +33,8 @@ from agents.realtime.items import (
     UserMessageItem,
 )
 
+from bench.speech import load_wav, silence
 from models.scripted import ScriptedExecutor
-from tests.audio_fixtures import load_wav, silence
 from tests.conftest import RunningServer, ServerFactory
 
 TIMEOUT_S = 15.0

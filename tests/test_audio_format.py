@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from openai.types.realtime.realtime_audio_formats import RealtimeAudioFormats
 from pydantic import TypeAdapter
 
+from bench.speech import load_wav
 from engine.audio_format import (
     PCM24,
     PCMA,
@@ -32,7 +33,6 @@ from engine.audio_format import (
     ulaw_decode,
     ulaw_encode,
 )
-from tests.audio_fixtures import load_wav
 
 SPEECH = load_wav("weather")  # "what is the weather like today", 24 kHz
 ALL_SAMPLES = np.arange(-32768, 32768, dtype=np.int16)

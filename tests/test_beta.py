@@ -34,11 +34,12 @@ from openai.types.realtime import (
 )
 from pydantic import TypeAdapter
 
+from bench.speech import PCM_RATE as RATE
+from bench.speech import load_wav, silence
 from engine.emitter import build
 from models.base import OutputChunk, Prompt, PromptItem
 from models.scripted import ScriptedExecutor
 from server.beta import BETA_MODELS, to_beta, to_beta_text, wants_beta
-from tests.audio_fixtures import RATE, load_wav, silence
 from tests.conftest import RunningServer, ServerFactory
 from tests.harness import Harness
 from tests.sdk_check import assert_sdk_event

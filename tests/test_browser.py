@@ -32,8 +32,8 @@ import numpy as np
 import pytest
 import soxr
 
+from bench.speech import load_wav
 from server.app import STATIC_DIR
-from tests.audio_fixtures import load_wav
 from tests.conftest import RunningServer, ServerFactory
 
 try:

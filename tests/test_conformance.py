@@ -29,10 +29,11 @@ import numpy.typing as npt
 import pytest
 from openai import AsyncOpenAI
 
+from bench.speech import PCM_RATE as RATE
+from bench.speech import load_wav, silence
 from engine.audio_format import PCMU, OutputEncoder, alaw_decode
 from models.scripted import ScriptedExecutor
 from server.protocol import SUPPORTED_TYPES
-from tests.audio_fixtures import RATE, load_wav, silence
 from tests.conftest import ServerFactory
 from tests.sdk_check import assert_sdk_event
 from tests.test_beta import assert_beta_event

@@ -24,6 +24,7 @@ from typing import Any, get_args
 import numpy as np
 import pytest
 
+from bench.speech import load_wav, silence
 from models.base import Executor, Prompt
 from models.cascade.asr import ModelInfo, WhisperRecognizer
 from models.cascade.llm import Ct2LanguageModel
@@ -35,7 +36,6 @@ from models.scripted import ScriptedExecutor
 from models.speech import Speaker, StageSlots
 from models.vllm_engine import VllmExecutor, VllmOptions
 from server.config import ExecutorName
-from tests.audio_fixtures import load_wav, silence
 from tests.fake_openai import running_fake_openai
 from tests.fake_vllm import FakeAsyncLLM, FakeVllm
 from tests.harness import Harness

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.speech import load_wav
 from models.base import OutputChunk, Prompt, PromptItem
 from models.cascade.tts import FliteSynthesizer
 from models.openai_compat import (
@@ -25,7 +26,6 @@ from models.openai_compat import (
     session_key,
 )
 from models.speech import Speaker, StageSlots
-from tests.audio_fixtures import load_wav
 from tests.fake_openai import FakeOpenAI, running_fake_openai
 
 

@@ -21,8 +21,9 @@ from openai.resources.realtime.realtime import (
 )
 from openai.types.realtime import RealtimeSessionCreateRequestParam
 
+from bench.speech import PCM_RATE as RATE
+from bench.speech import load_wav, silence
 from models.scripted import ScriptedExecutor
-from tests.audio_fixtures import RATE, load_wav, silence
 from tests.conftest import RunningServer, ServerFactory
 from tests.sdk_check import assert_sdk_event
 

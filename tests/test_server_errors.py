@@ -18,7 +18,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.audio_fixtures import load_wav
+from bench.speech import load_wav
 from tests.conftest import RunningServer, ServerFactory
 from tests.sdk_check import assert_sdk_event
 

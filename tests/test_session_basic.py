@@ -6,8 +6,8 @@ import asyncio
 
 import numpy as np
 
+from bench.speech import load_wav, silence
 from models.scripted import ScriptedExecutor
-from tests.audio_fixtures import load_wav, silence
 from tests.harness import Harness
 
 CHUNK = 480  # 20 ms at 24 kHz

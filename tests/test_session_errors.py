@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
+from bench.speech import load_wav, silence
 from models.scripted import ScriptedExecutor
-from tests.audio_fixtures import load_wav, silence
 from tests.harness import Harness
 
 MANUAL = {

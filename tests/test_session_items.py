@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.speech import load_wav, silence
 from models.scripted import ScriptedExecutor
-from tests.audio_fixtures import load_wav, silence
 from tests.harness import Harness
 
 MANUAL = {

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.speech import load_wav, silence
 from engine.limits import EngineLimits
 from models.scripted import ScriptedExecutor
-from tests.audio_fixtures import load_wav, silence
 from tests.harness import Harness
 
 CHUNK = 480  # 20 ms at 24 kHz

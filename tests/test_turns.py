@@ -6,6 +6,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from bench.speech import load_wav, silence
 from engine.turns import (
     FrameKind,
     ServerVadParams,
@@ -19,7 +20,6 @@ from engine.turns import (
     silence_level,
 )
 from engine.vad import FrameScore, VadStream, WebRtcVadBackend
-from tests.audio_fixtures import load_wav, silence
 
 DEFAULTS = ServerVadParams()
 S, Q = 1.0, 0.0  # speech, quiet

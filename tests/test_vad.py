@@ -11,6 +11,7 @@ import soxr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.speech import load_wav, silence
 from bench.vad_backends import speech_extent_ms
 from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector
 from engine.vad import (
@@ -26,7 +27,6 @@ from engine.vad import (
 from engine.vad_batch import VadBatcher
 from server.app import create_app
 from server.config import Settings
-from tests.audio_fixtures import load_wav, silence
 
 FIXTURES = ["weather", "joke", "timer", "lights"]
 # soxr HQ 24k -> 16k holds back 6-37 ms of output depending on block phase;

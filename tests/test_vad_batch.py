@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from bench.speech import load_wav, silence
 from engine.session import Session
 from engine.vad import Pcm16, SileroOnnxBackend, VadStream
 from engine.vad_batch import VadBatcher
 from models.scripted import ScriptedExecutor
-from tests.audio_fixtures import load_wav, silence
 from tests.harness import Harness
 
 FRAME = 480  # the fake's frame: 30 ms at 16 kHz

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from bench.speech import load_wav
 from models.base import OutputChunk, Prompt, PromptItem
 from models.cascade.tts import FliteSynthesizer
 from models.errors import ModelMissing
@@ -24,7 +25,6 @@ from models.vllm_engine import VllmExecutor, VllmOptions
 from server.app import create_app
 from server.cli import main
 from server.config import Settings
-from tests.audio_fixtures import load_wav
 from tests.fake_vllm import FakeAsyncLLM, FakeVllm, SamplingParams
 
 

@@ -23,12 +23,12 @@ import uvicorn
 import websockets
 
 import tests.test_executor_contract as contract
+from bench.speech import load_wav, silence
 from models.audio_prompt import AudioPrompt
 from models.vllm_engine import InstalledVllm, VllmExecutor
 from server.app import create_app, make_executor
 from server.cli import uvicorn_options
 from server.config import Settings
-from tests.audio_fixtures import load_wav, silence
 from tests.fake_vllm import FakeAsyncLLM
 from tests.harness import Harness
 from tests.vllm.conftest import (
