@@ -169,7 +169,7 @@ def freeze_startup_heap() -> None:
     """What is loaded before serving (modules, schemas, models: ~130k objects) lives as
     long as the server: move it out of the garbage collector's full collections, which
     otherwise scan it every time (80-150 ms on 2 cores, a stall for every session;
-    bench/load.py measures the pauses)."""
+    bench/load/ measures the pauses)."""
     gc.freeze()
     atexit.register(gc.unfreeze)  # so that exit still collects it
 
@@ -178,7 +178,7 @@ def freeze_startup_heap() -> None:
 # Python's default is 5 ms. The event loop holds the GIL nearly all the time, so
 # Silero's batch thread (engine/vad_batch.py) waited up to 5 ms to hand over each
 # round's frames and again for its scores, and every session waiting on that round
-# waited too. At 0.5 ms, bench/load.py measured (3 pairs of runs back to back, Parley
+# waited too. At 0.5 ms, bench/load/ measured (3 pairs of runs back to back, Parley
 # with Silero, 2 cores) p99 turn-end latency at 100 sessions of 12-30 ms instead of
 # 32-69 ms, and capacities one sweep step higher (175/137/100 against 137/112/87).
 # It costs nothing when no other thread is waiting: only then does the holder drop it.
