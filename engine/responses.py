@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from engine.appends import AppendRecord
 from engine.audio_format import OutputEncoder
 from engine.conversation import Item, TranscriptMark
+from engine.prepare_chain import Preparation
 from models.base import Tool
 
 Modality = Literal["text", "audio"]
@@ -62,8 +62,8 @@ class ActiveResponse:
     outputs: list[str] = field(default_factory=list)  # item ids by output_index
     finish: Literal["length"] | None = None
     finalized: bool = False
-    after_append: int = 0  # the model waits for appends up to this sequence number
-    inputs: tuple[AppendRecord, ...] = ()  # those appends, to see whether one failed
+    after_prepare: int = 0  # the model waits for preparations up to this sequence number
+    inputs: tuple[Preparation, ...] = ()  # those preparations, to see whether one failed
 
     @property
     def item_id(self) -> str:

@@ -4,8 +4,8 @@ Client events and the results of the session's own background tasks arrive in on
 mailbox and are handled one at a time by `run()`, so no state is ever written by
 two tasks. Slow work runs elsewhere and reports back:
 
-- append tasks (engine/appends.py) prepare committed turns for the model, in wire
-  order;
+- the prepare chain (engine/prepare_chain.py) hands committed turns to the model,
+  in wire order;
 - the response task streams one response's chunks to the outbox and reports when
   the stream ends.
 
@@ -42,7 +42,6 @@ from openai.types.realtime.realtime_server_event import (
     ConversationItemRetrieved,
 )
 
-from engine.appends import AppendChain, AppendChainBroken, AppendRecord
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
@@ -54,6 +53,7 @@ from engine.gates import (
 from engine.input_buffer import InputBuffer
 from engine.items import item_from_wire
 from engine.limits import EngineLimits
+from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
 from engine.responses import (
     ActiveResponse,
     ResponseFinished,
@@ -78,8 +78,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class AppendFinished:
-    record: AppendRecord
+class PreparationFinished:
+    preparation: Preparation
     error: BaseException | None
 
 
@@ -104,9 +104,9 @@ class _Close:
 
 
 Message = (
-    p.ClientEvent | Reject | AppendFinished | ResponseFinished | TranscriptionFinished | _Close
+    p.ClientEvent | Reject | PreparationFinished | ResponseFinished | TranscriptionFinished | _Close
 )
-InternalMessage = AppendFinished | ResponseFinished | TranscriptionFinished
+InternalMessage = PreparationFinished | ResponseFinished | TranscriptionFinished
 
 
 class Session(ResponsesMixin):
@@ -135,8 +135,8 @@ class Session(ResponsesMixin):
         self.decoder = InputDecoder(self.config.input_format)
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
         self.detector: TurnDetector | None = self._new_detector()
-        self.appends = AppendChain(
-            notify=lambda record, error: self._post(AppendFinished(record, error))
+        self.prepares = PrepareChain(
+            notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
         self.epoch = 0
         self.active: ActiveResponse | None = None
@@ -177,7 +177,7 @@ class Session(ResponsesMixin):
             and not self._busy
             and self.active is None
             and self.deferred is None
-            and all(r.task.done() for r in self.appends.tracked())
+            and all(r.task.done() for r in self.prepares.tracked())
             and not self._transcriptions
         )
 
@@ -253,8 +253,8 @@ class Session(ResponsesMixin):
                 await self._on_output_audio_buffer_clear(m)
             case Reject():
                 self._error(m.error)
-            case AppendFinished():
-                self._on_append_finished(m)
+            case PreparationFinished():
+                self._on_preparation_finished(m)
             case ResponseFinished():
                 self._on_response_finished(m)
             case TranscriptionFinished():
@@ -407,9 +407,9 @@ class Session(ResponsesMixin):
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
         prompt_item = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
-        # Closing a committed turn makes this append response-bound: no response may
-        # start before the model has the turn.
-        self.appends.submit(
+        # Closing a committed turn makes this preparation response-bound: no response
+        # may start before the model has the turn.
+        self.prepares.submit(
             lambda: self.executor.prepare(prompt_item),
             epoch=self.epoch,
             response_bound=True,
@@ -473,15 +473,15 @@ class Session(ResponsesMixin):
             self.vad.reset()
             self.detector.reset(self.buffer.pos_to_ms(self.buffer.end))
 
-    def _on_append_finished(self, message: AppendFinished) -> None:
+    def _on_preparation_finished(self, message: PreparationFinished) -> None:
         error = message.error
-        if error is None or isinstance(error, asyncio.CancelledError | AppendChainBroken):
+        if error is None or isinstance(error, asyncio.CancelledError | PrepareChainBroken):
             return  # a broken chain was reported at its first failure
         # A response waiting on this turn fails by itself (see `_await_gate`).
         self._error(
             p.ProtocolError(
                 "input_failed",
-                f"The model could not take input item {message.record.label}: {error}",
+                f"The model could not take input item {message.preparation.label}: {error}",
                 type="server_error",
             )
         )
@@ -604,5 +604,5 @@ class Session(ResponsesMixin):
                 await asyncio.wait([resp.task], timeout=self.limits.abort_timeout_s)
         for task in self._transcriptions:
             task.cancel()
-        await self.appends.cancel_all(self.limits.abort_timeout_s)
+        await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()

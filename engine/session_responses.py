@@ -35,7 +35,6 @@ from openai.types.realtime.realtime_server_event import (
     OutputAudioBufferCleared,
 )
 
-from engine.appends import AppendChain
 from engine.audio_format import OutputEncoder
 from engine.conversation import Conversation, Item, TranscriptMark, transcript_at
 from engine.emitter import Emitter, Ids, Outbox
@@ -49,6 +48,7 @@ from engine.gates import (
 from engine.input_buffer import InputBuffer
 from engine.items import item_from_wire, prompt_item
 from engine.limits import EngineLimits
+from engine.prepare_chain import PrepareChain
 from engine.responses import (
     CONVERSATION,
     ActiveResponse,
@@ -80,7 +80,7 @@ class ResponsesMixin:
     outbox: Outbox
     conversation: Conversation
     buffer: InputBuffer
-    appends: AppendChain
+    prepares: PrepareChain
     epoch: int
     active: ActiveResponse | None
     deferred: ResponseRequest | None
@@ -237,8 +237,8 @@ class ResponsesMixin:
             max_output_tokens=request.max_output_tokens or self.config.max_output_tokens,
             message=message,
             encoder=OutputEncoder(self.config.output_format),
-            after_append=self.appends.last_seq,
-            inputs=tuple(self.appends.tracked()),
+            after_prepare=self.prepares.last_seq,
+            inputs=tuple(self.prepares.tracked()),
         )
         self._last_response_id = resp.id
         if request.out_of_band:
@@ -260,16 +260,16 @@ class ResponsesMixin:
         )
 
     async def _await_gate(self, resp: ActiveResponse) -> None:
-        """Wait until every response-bound append submitted before `resp` was
+        """Wait until every response-bound preparation submitted before `resp` was
         announced has finished, reading liveness from the tasks themselves."""
         while True:
-            snapshot = GateSnapshot(False, self.appends.snapshot(up_to_seq=resp.after_append))
+            snapshot = GateSnapshot(False, self.prepares.snapshot(up_to_seq=resp.after_prepare))
             if response_gate_open(snapshot):
                 break
             running = [
                 r.task
-                for r in self.appends.tracked()
-                if r.seq <= resp.after_append and r.response_bound and not r.task.done()
+                for r in self.prepares.tracked()
+                if r.seq <= resp.after_prepare and r.response_bound and not r.task.done()
             ]
             await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
         for record in resp.inputs:
