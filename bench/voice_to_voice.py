@@ -191,7 +191,7 @@ async def speak(driver: Driver, run: Run, pcm: np.ndarray, speech_end_ms: int) -
             return False
         t_stop = seen.stopped[-1][0]
         after = [r for t, r in seen.created if t >= t_stop]
-        return bool(after) and after[0] in seen.done and driver.session.active is None
+        return bool(after) and after[0] in seen.done and driver.session.responder.active is None
 
     ok = await driver.wait_until(answered, RESPONSE_TIMEOUT_S)
     stops = seen.stopped[stopped_before:]

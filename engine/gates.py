@@ -11,8 +11,8 @@ from enum import Enum
 
 
 @dataclass(frozen=True)
-class AppendView:
-    """One tracked append task as seen at decision time."""
+class PreparationView:
+    """One tracked preparation (engine/prepare_chain.py) as seen at decision time."""
 
     response_bound: bool
     done: bool  # read from `task.done()` when the snapshot is taken, never cached
@@ -21,19 +21,19 @@ class AppendView:
 @dataclass(frozen=True)
 class GateSnapshot:
     active_response: bool
-    appends: tuple[AppendView, ...] = ()
+    preparations: tuple[PreparationView, ...] = ()
 
 
 def unfinished_response_bound(snapshot: GateSnapshot) -> int:
-    return sum(1 for a in snapshot.appends if a.response_bound and not a.done)
+    return sum(1 for a in snapshot.preparations if a.response_bound and not a.done)
 
 
 def response_gate_open(snapshot: GateSnapshot) -> bool:
     """A response's model request may start iff no other response is active and no
-    response-bound append (a committed turn still being handed to the model) is
+    response-bound preparation (a committed turn still being handed to the model) is
     still running.
 
-    An append whose task has finished but whose done-callback has not yet removed it
+    A preparation whose task has finished but whose done-callback has not yet removed it
     from the table (that runs one loop iteration later) must not hold the gate: the
     session may decide in between, and a closed gate then would leave the turn
     without a response (the race vLLM-Omni fixed in #9292).

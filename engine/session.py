@@ -2,16 +2,14 @@
 
 Client events and the results of the session's own background tasks arrive in one
 mailbox and are handled one at a time by `run()`, so no state is ever written by
-two tasks. Slow work runs elsewhere and reports back:
+two tasks. The session owns the input audio, turns, configuration and conversation
+items; slow work runs elsewhere and reports back:
 
-- append tasks (engine/appends.py) prepare committed turns for the model, in wire
-  order;
-- the response task streams one response's chunks to the outbox and reports when
-  the stream ends.
-
-Cancellation is an epoch fence: bump the epoch first, then abort the model request,
-then emit exactly one `response.done`. Output of an older epoch is dropped before
-the wire (engine/emitter.py).
+- the prepare chain (engine/prepare_chain.py) hands committed turns to the model,
+  in wire order;
+- the Responder (engine/responder.py) owns the response lifecycle: epoch, active
+  and deferred responses, cancel and finalize; each response task streams one
+  response's chunks to the outbox and reports when the stream ends.
 """
 
 from __future__ import annotations
@@ -42,30 +40,21 @@ from openai.types.realtime.realtime_server_event import (
     ConversationItemRetrieved,
 )
 
-from engine.appends import AppendChain, AppendChainBroken, AppendRecord
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
-from engine.gates import (
-    BargeIn,
-    SpeechStartSnapshot,
-    decide_barge_in,
-)
 from engine.input_buffer import InputBuffer
 from engine.items import item_from_wire
 from engine.limits import EngineLimits
-from engine.responses import (
-    ActiveResponse,
-    ResponseFinished,
-    ResponseRequest,
-)
+from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
+from engine.responder import Responder, ResponseEnded
+from engine.response import ResponseFinished, ResponseRequest, request_from_create
 from engine.session_config import (
     PCM_RATE,
     SessionConfig,
     apply_update,
     to_wire,
 )
-from engine.session_responses import ResponsesMixin
 from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
 from models.base import Executor, PromptItem
@@ -78,8 +67,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class AppendFinished:
-    record: AppendRecord
+class PreparationFinished:
+    preparation: Preparation
     error: BaseException | None
 
 
@@ -104,12 +93,12 @@ class _Close:
 
 
 Message = (
-    p.ClientEvent | Reject | AppendFinished | ResponseFinished | TranscriptionFinished | _Close
+    p.ClientEvent | Reject | PreparationFinished | ResponseFinished | TranscriptionFinished | _Close
 )
-InternalMessage = AppendFinished | ResponseFinished | TranscriptionFinished
+InternalMessage = PreparationFinished | ResponseFinished | TranscriptionFinished
 
 
-class Session(ResponsesMixin):
+class Session:
     def __init__(
         self,
         executor: Executor,
@@ -128,29 +117,35 @@ class Session(ResponsesMixin):
         config = SessionConfig(model=model)
         self.config = apply_update(config, preset, audio_started=False) if preset else config
         self.outbox = Outbox(self.limits.outbox_limit, self.limits.outbox_reserve)
-        self.outbox.current_epoch = self._lane_epoch
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
         self.buffer = InputBuffer(PCM_RATE)
         self.decoder = InputDecoder(self.config.input_format)
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
         self.detector: TurnDetector | None = self._new_detector()
-        self.appends = AppendChain(
-            notify=lambda record, error: self._post(AppendFinished(record, error))
+        self.prepares = PrepareChain(
+            notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
-        self.epoch = 0
-        self.active: ActiveResponse | None = None
-        self._oob: dict[str, ActiveResponse] = {}  # out-of-band responses, by id
-        self._oob_epochs: dict[str, int] = {}
-        self._last_response_id: str | None = None
+        self.responder = Responder(
+            executor=executor,
+            config=lambda: self.config,
+            conversation=self.conversation,
+            prepares=self.prepares,
+            emit=self.emit,
+            outbox=self.outbox,
+            ids=self.ids,
+            limits=self.limits,
+            session_id=self.session_id,
+            post=self._post,
+            on_ended=self._on_response_ended,
+        )
+        self.outbox.current_epoch = self.responder.lane_epoch
         # server_vad idle_timeout_ms: input-clock time after which silence triggers
         # a response (set when an answer ends, cleared by speech).
         self._idle_deadline_ms: int | None = None
-        # A server_vad turn committed during a response waits here for it to end.
-        self.deferred: ResponseRequest | None = None
         self._busy = False
-        self.closed = False
         self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
+        # The assistant was heard: the voice can no longer change.
         self._assistant_spoke = False
         self._transcriptions: set[asyncio.Task[None]] = set()
         self._mailbox: asyncio.Queue[Message] = asyncio.Queue()
@@ -175,9 +170,9 @@ class Session(ResponsesMixin):
         return (
             self._mailbox.empty()
             and not self._busy
-            and self.active is None
-            and self.deferred is None
-            and all(r.task.done() for r in self.appends.tracked())
+            and self.responder.active is None
+            and self.responder.deferred is None
+            and all(r.task.done() for r in self.prepares.tracked())
             and not self._transcriptions
         )
 
@@ -195,7 +190,7 @@ class Session(ResponsesMixin):
                 self._busy = True
                 try:
                     await self._dispatch(message)
-                    self._start_deferred()
+                    self.responder.start_deferred()
                 finally:
                     self._busy = False
         except OutboxOverflow:
@@ -238,9 +233,9 @@ class Session(ResponsesMixin):
             case p.SessionUpdate():
                 self._on_session_update(m)
             case p.ResponseCreate():
-                self._on_response_create(m)
+                self.responder.request(request_from_create(m, self.conversation, self.ids.new))
             case p.ResponseCancel():
-                await self._on_response_cancel(m)
+                await self.responder.cancel(m)
             case p.ConversationItemTruncate():
                 await self._on_truncate(m)
             case p.ConversationItemCreate():
@@ -250,13 +245,13 @@ class Session(ResponsesMixin):
             case p.ConversationItemDelete():
                 self._on_item_delete(m)
             case p.OutputAudioBufferClear():
-                await self._on_output_audio_buffer_clear(m)
+                await self.responder.clear_output(m)
             case Reject():
                 self._error(m.error)
-            case AppendFinished():
-                self._on_append_finished(m)
+            case PreparationFinished():
+                self._on_preparation_finished(m)
             case ResponseFinished():
-                self._on_response_finished(m)
+                self.responder.finished(m)
             case TranscriptionFinished():
                 self._on_transcription_finished(m)
 
@@ -335,16 +330,7 @@ class Session(ResponsesMixin):
                 audio_start_ms=event.audio_start_ms,
                 item_id=item_id,
             )
-            action = decide_barge_in(
-                SpeechStartSnapshot(
-                    params.interrupt_response, self.active is not None, self.deferred is not None
-                )
-            )
-            if action is not BargeIn.NONE:
-                # The user talks again: a deferred answer to an earlier turn is moot.
-                self.deferred = None
-            if action is BargeIn.CANCEL_ACTIVE:
-                await self._cancel_active("turn_detected")
+            await self.responder.barge_in(params.interrupt_response)
         elif isinstance(event, SpeechStopped):
             item_id, start = self._speech or (self.ids.new("item"), self.buffer.start)
             self._speech = None
@@ -353,7 +339,7 @@ class Session(ResponsesMixin):
             )
             self._commit(item_id, start, self.buffer.ms_to_pos(event.audio_end_ms))
             if params.create_response:
-                self._request_response(ResponseRequest(from_client=False))
+                self.responder.request(ResponseRequest(from_client=False))
 
     def _check_idle_timeout(self) -> None:
         """server_vad `idle_timeout_ms`: silence for that long after an answer has
@@ -365,7 +351,7 @@ class Session(ResponsesMixin):
         if params is None or params.idle_timeout_ms is None or deadline is None:
             return
         now_ms = self.buffer.pos_to_ms(self.buffer.end)
-        if self.active is not None or now_ms < deadline + params.idle_timeout_ms:
+        if self.responder.active is not None or now_ms < deadline + params.idle_timeout_ms:
             return
         self._idle_deadline_ms = None
         item_id = self.ids.new("item")
@@ -377,7 +363,7 @@ class Session(ResponsesMixin):
             item_id=item_id,
         )
         self._commit(item_id, self.buffer.ms_to_pos(start_ms), self.buffer.end)
-        self._request_response(ResponseRequest(from_client=False))
+        self.responder.request(ResponseRequest(from_client=False))
 
     def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
         have_ms = self.buffer.pos_to_ms(len(self.buffer))
@@ -407,11 +393,11 @@ class Session(ResponsesMixin):
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
         prompt_item = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
-        # Closing a committed turn makes this append response-bound: no response may
-        # start before the model has the turn.
-        self.appends.submit(
+        # Closing a committed turn makes this preparation response-bound: no response
+        # may start before the model has the turn.
+        self.prepares.submit(
             lambda: self.executor.prepare(prompt_item),
-            epoch=self.epoch,
+            epoch=self.responder.epoch,
             response_bound=True,
             label=item_id,
         )
@@ -473,15 +459,15 @@ class Session(ResponsesMixin):
             self.vad.reset()
             self.detector.reset(self.buffer.pos_to_ms(self.buffer.end))
 
-    def _on_append_finished(self, message: AppendFinished) -> None:
+    def _on_preparation_finished(self, message: PreparationFinished) -> None:
         error = message.error
-        if error is None or isinstance(error, asyncio.CancelledError | AppendChainBroken):
+        if error is None or isinstance(error, asyncio.CancelledError | PrepareChainBroken):
             return  # a broken chain was reported at its first failure
-        # A response waiting on this turn fails by itself (see `_await_gate`).
+        # A response waiting on this turn fails by itself (see `ResponseGate.wait`).
         self._error(
             p.ProtocolError(
                 "input_failed",
-                f"The model could not take input item {message.record.label}: {error}",
+                f"The model could not take input item {message.preparation.label}: {error}",
                 type="server_error",
             )
         )
@@ -542,7 +528,7 @@ class Session(ResponsesMixin):
 
     def _on_item_delete(self, event: p.ConversationItemDelete) -> None:
         item = self._item_or_error(event.item_id, event.event_id)
-        if self.active is not None and item.id in (self.active.item_id, *self.active.outputs):
+        if self.responder.holds_item(item.id):
             raise p.ProtocolError(
                 "invalid_value",
                 "This item belongs to the response in progress; cancel it first.",
@@ -575,10 +561,11 @@ class Session(ResponsesMixin):
                 "content_index",
                 event.event_id,
             )
-        if self.active is not None and self.active.item_id == item.id:
+        active = self.responder.active
+        if active is not None and active.item_id == item.id:
             # The client stopped playing the response being generated: the rest of it
             # would never be heard.
-            await self._cancel_active("client_cancelled")
+            await self.responder.cancel_active("client_cancelled")
         sent = self.outbox.sent_samples.get(item.id, 0)
         available = min(sent, 0 if item.audio is None else len(item.audio))
         end_ms = self.conversation.truncate(item, event.audio_end_ms, available)
@@ -589,20 +576,22 @@ class Session(ResponsesMixin):
             audio_end_ms=end_ms,
         )
 
+    # --- responses ------------------------------------------------------------------------
+
+    def _on_response_ended(self, ended: ResponseEnded) -> None:
+        """What an ended response changes here (the Responder calls this once per
+        response, before its `response.done`)."""
+        if ended.audio_ms is not None:
+            # idle_timeout_ms counts from the end of playback of this answer.
+            self._idle_deadline_ms = self.buffer.pos_to_ms(self.buffer.end) + ended.audio_ms
+        self._assistant_spoke = self._assistant_spoke or ended.spoke
+
     # --- shutdown -------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
         """The connection is gone: stop the model and every task, bounded."""
-        self.closed = True
-        self.deferred = None
-        if self.active is not None:
-            resp, self.active = self.active, None
-            self.epoch += 1
-            await self._abort(resp)
-            if resp.task is not None:
-                resp.task.cancel()
-                await asyncio.wait([resp.task], timeout=self.limits.abort_timeout_s)
+        await self.responder.shutdown()
         for task in self._transcriptions:
             task.cancel()
-        await self.appends.cancel_all(self.limits.abort_timeout_s)
+        await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()

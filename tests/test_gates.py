@@ -1,4 +1,4 @@
-"""The pure decisions, and the append-table race they must survive."""
+"""The pure decisions, and the preparation-table race they must survive."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import asyncio
 
 import pytest
 
-from engine.appends import AppendChain
 from engine.gates import (
-    AppendView,
     BargeIn,
     GateSnapshot,
+    PreparationView,
     RequestSnapshot,
     ResponseRequestAction,
     SpeechStartSnapshot,
@@ -18,32 +17,39 @@ from engine.gates import (
     decide_response_request,
     response_gate_open,
 )
+from engine.prepare_chain import PrepareChain
 
 
-def naive_gate_open(chain: AppendChain, active_response: bool) -> bool:
-    """The buggy predicate: counts every *tracked* response-bound append, i.e. trusts
+def naive_gate_open(chain: PrepareChain, active_response: bool) -> bool:
+    """The buggy predicate: counts every *tracked* response-bound preparation, i.e. trusts
     bookkeeping that a done-callback cleans up one loop iteration late."""
     return not active_response and not any(r.response_bound for r in chain.tracked())
 
 
 @pytest.mark.parametrize(
-    ("active", "appends", "open_"),
+    ("active", "preparations", "open_"),
     [
         (False, (), True),
         (True, (), False),
-        (False, (AppendView(response_bound=True, done=False),), False),
-        (False, (AppendView(response_bound=True, done=True),), True),
-        (False, (AppendView(response_bound=False, done=False),), True),
-        (True, (AppendView(response_bound=True, done=True),), False),
+        (False, (PreparationView(response_bound=True, done=False),), False),
+        (False, (PreparationView(response_bound=True, done=True),), True),
+        (False, (PreparationView(response_bound=False, done=False),), True),
+        (True, (PreparationView(response_bound=True, done=True),), False),
         (
             False,
-            (AppendView(True, True), AppendView(False, False), AppendView(True, False)),
+            (
+                PreparationView(True, True),
+                PreparationView(False, False),
+                PreparationView(True, False),
+            ),
             False,
         ),
     ],
 )
-def test_response_gate(active: bool, appends: tuple[AppendView, ...], open_: bool) -> None:
-    assert response_gate_open(GateSnapshot(active, appends)) is open_
+def test_response_gate(
+    active: bool, preparations: tuple[PreparationView, ...], open_: bool
+) -> None:
+    assert response_gate_open(GateSnapshot(active, preparations)) is open_
 
 
 @pytest.mark.parametrize(
@@ -75,7 +81,7 @@ def test_barge_in(interrupt: bool, active: bool, deferred: bool, action: BargeIn
 
 @pytest.mark.parametrize("response_bound", [True, False])
 async def test_completed_append_does_not_hold_response_gate(response_bound: bool) -> None:
-    chain = AppendChain()
+    chain = PrepareChain()
 
     async def work() -> None:
         return None
@@ -102,7 +108,7 @@ async def test_finished_append_is_seen_done_by_whoever_it_notifies(response_boun
     """The natural shape of the race: an append tells the session it finished as its
     last step; the session wakes before the done-callback has run."""
     told: asyncio.Queue[object] = asyncio.Queue()
-    chain = AppendChain(notify=lambda record, error: told.put_nowait(record))
+    chain = PrepareChain(notify=lambda record, error: told.put_nowait(record))
 
     async def work() -> None:
         await asyncio.sleep(0)
@@ -118,7 +124,7 @@ async def test_finished_append_is_seen_done_by_whoever_it_notifies(response_boun
 
 
 async def test_appends_run_in_wire_order_and_a_failure_breaks_the_chain() -> None:
-    chain = AppendChain()
+    chain = PrepareChain()
     order: list[str] = []
     gate = asyncio.Event()
 
@@ -152,7 +158,7 @@ async def test_appends_run_in_wire_order_and_a_failure_breaks_the_chain() -> Non
 
 
 async def test_cancel_all_is_bounded_when_a_task_swallows_its_cancel() -> None:
-    chain = AppendChain()
+    chain = PrepareChain()
     release = asyncio.Event()
     swallowed = asyncio.Event()
 

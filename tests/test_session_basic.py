@@ -97,8 +97,8 @@ async def test_cancel_by_id_and_disconnect_abort_the_model() -> None:
         second = h.of("response.created")[1]["response"]["id"]
     # Leaving the harness closes the session as a disconnect does.
     assert executor.aborted == [first, second]
-    assert h.session.active is None
-    assert all(r.task.done() for r in h.session.appends.tracked())
+    assert h.session.responder.active is None
+    assert all(r.task.done() for r in h.session.prepares.tracked())
 
 
 async def test_input_transcription_events_when_asked_for() -> None:

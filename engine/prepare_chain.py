@@ -1,7 +1,8 @@
-"""Append tasks: input handed to the model in wire order, one chain per session.
+"""The prepare chain: committed input handed to the model (`executor.prepare`) in
+wire order, one chain per session, owned by the session.
 
-Each task awaits the one before it, so the model receives audio in the order the
-client sent it; when a predecessor fails, the rest of the chain fails too rather
+Each preparation awaits the one before it, so the model receives audio in the order
+the client sent it; when a predecessor fails, the rest of the chain fails too rather
 than hand the model a turn with a hole in it.
 
 Tasks leave the table through a done-callback, which asyncio runs one loop
@@ -16,20 +17,20 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from engine.gates import AppendView
+from engine.gates import PreparationView
 
 log = logging.getLogger(__name__)
 
 
-class AppendChainBroken(Exception):
-    """Raised in an append whose predecessor failed."""
+class PrepareChainBroken(Exception):
+    """Raised in a preparation whose predecessor failed."""
 
 
 @dataclass
-class AppendRecord:
+class Preparation:
     task: asyncio.Task[None]
     epoch: int
-    # True when the append closes a committed turn or has announced a response:
+    # True when the preparation closes a committed turn or has announced a response:
     # a response must not start before it has finished.
     response_bound: bool
     label: str = ""
@@ -41,18 +42,18 @@ async def _await_predecessor(previous: asyncio.Task[None], label: str) -> None:
         await asyncio.shield(previous)
     except asyncio.CancelledError:
         if not previous.cancelled():
-            raise  # this append itself was cancelled
-        raise AppendChainBroken(f"{label}: an earlier append was cancelled") from None
+            raise  # this preparation itself was cancelled
+        raise PrepareChainBroken(f"{label}: an earlier preparation was cancelled") from None
     except Exception as exc:
-        raise AppendChainBroken(f"{label}: an earlier append failed") from exc
+        raise PrepareChainBroken(f"{label}: an earlier preparation failed") from exc
 
 
-class AppendChain:
+class PrepareChain:
     def __init__(
-        self, notify: Callable[[AppendRecord, BaseException | None], None] = lambda r, e: None
+        self, notify: Callable[[Preparation, BaseException | None], None] = lambda r, e: None
     ) -> None:
         self._notify = notify
-        self._records: dict[asyncio.Task[None], AppendRecord] = {}
+        self._records: dict[asyncio.Task[None], Preparation] = {}
         self._tail: asyncio.Task[None] | None = None
         self.last_seq = 0
 
@@ -63,10 +64,10 @@ class AppendChain:
         epoch: int,
         response_bound: bool,
         label: str = "",
-    ) -> AppendRecord:
-        """Run `work` after every append submitted before it."""
+    ) -> Preparation:
+        """Run `work` after every preparation submitted before it."""
         previous = self._tail
-        record: AppendRecord | None = None
+        record: Preparation | None = None
 
         async def run() -> None:
             error: BaseException | None = None
@@ -83,16 +84,16 @@ class AppendChain:
                 assert record is not None
                 self._notify(record, error)
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"append:{label}")
+        task = asyncio.get_running_loop().create_task(run(), name=f"prepare:{label}")
         self._tail = task
         record = self.track(task, epoch=epoch, response_bound=response_bound, label=label)
         return record
 
     def track(
         self, task: asyncio.Task[None], *, epoch: int, response_bound: bool, label: str = ""
-    ) -> AppendRecord:
+    ) -> Preparation:
         self.last_seq += 1
-        record = AppendRecord(task, epoch, response_bound, label, self.last_seq)
+        record = Preparation(task, epoch, response_bound, label, self.last_seq)
         self._records[task] = record
         task.add_done_callback(self._on_done)
         return record
@@ -102,22 +103,22 @@ class AppendChain:
         if self._tail is task:
             self._tail = None
         if not task.cancelled() and task.exception() is not None:
-            log.warning("append %s failed: %r", task.get_name(), task.exception())
+            log.warning("%s failed: %r", task.get_name(), task.exception())
 
-    def snapshot(self, up_to_seq: int | None = None) -> tuple[AppendView, ...]:
-        """Tracked appends (those submitted up to `up_to_seq`, if given), with
+    def snapshot(self, up_to_seq: int | None = None) -> tuple[PreparationView, ...]:
+        """Tracked preparations (those submitted up to `up_to_seq`, if given), with
         liveness read from the task right now."""
         return tuple(
-            AppendView(r.response_bound, r.task.done())
+            PreparationView(r.response_bound, r.task.done())
             for r in self._records.values()
             if up_to_seq is None or r.seq <= up_to_seq
         )
 
-    def tracked(self) -> list[AppendRecord]:
+    def tracked(self) -> list[Preparation]:
         return list(self._records.values())
 
     async def cancel_all(self, wait_s: float = 0.25) -> None:
-        """Cancel every append and wait (bounded) for them to unwind.
+        """Cancel every preparation and wait (bounded) for them to unwind.
 
         A task that swallows its cancellation and keeps running must not stall the
         session: after `timeout` we stop waiting and leave it to finish on its own.

@@ -1,0 +1,351 @@
+"""The response lifecycle of one session: request, gate, cancel, finalize.
+
+The Responder is created and owned by the Session and runs on the session's task;
+it is the only writer of the epoch, the active and the deferred response, the
+out-of-band responses with their lane epochs, and the last response id. Each
+response's output is written by its own task through a ResponseStream
+(engine/response_stream.py).
+
+Cancellation is an epoch fence: bump the epoch first, then abort the model request,
+then emit exactly one `response.done`. Output of an older epoch is dropped before
+the wire (engine/emitter.py). What an ended response changes outside it (the
+idle-timeout clock, the voice lock) goes back to the session as a ResponseEnded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from openai.types.realtime import (
+    RateLimitsUpdatedEvent,
+    ResponseCreatedEvent,
+    ResponseDoneEvent,
+)
+from openai.types.realtime.realtime_server_event import OutputAudioBufferCleared
+
+from engine.audio_format import OutputEncoder
+from engine.conversation import Conversation, Item
+from engine.emitter import Emitter, Ids, Outbox
+from engine.gates import (
+    BargeIn,
+    RequestSnapshot,
+    ResponseRequestAction,
+    SpeechStartSnapshot,
+    decide_barge_in,
+    decide_response_request,
+)
+from engine.limits import EngineLimits
+from engine.prepare_chain import PrepareChain
+from engine.response import (
+    CONVERSATION,
+    ActiveResponse,
+    CancelReason,
+    ResponseFinished,
+    ResponseRequest,
+    ending_of,
+    prompt_for,
+    response_wire,
+)
+from engine.response_stream import ResponseGate, ResponseStream
+from engine.session_config import SessionConfig
+from models.base import Executor, Prompt
+from server import protocol as p
+
+log = logging.getLogger("engine.session")
+
+
+@dataclass(frozen=True)
+class ResponseEnded:
+    """What an ended response changes in the session."""
+
+    # An in-band audio answer's kept audio: idle_timeout_ms counts from the end of
+    # its playback. None for any other response.
+    audio_ms: int | None
+    spoke: bool  # the assistant was heard: the voice is fixed from now on
+
+
+class Responder:
+    def __init__(
+        self,
+        *,
+        executor: Executor,
+        config: Callable[[], SessionConfig],
+        conversation: Conversation,
+        prepares: PrepareChain,
+        emit: Emitter,
+        outbox: Outbox,
+        ids: Ids,
+        limits: EngineLimits,
+        session_id: str,
+        post: Callable[[ResponseFinished], None],
+        on_ended: Callable[[ResponseEnded], None],
+    ) -> None:
+        self._executor = executor
+        self._config = config  # the session's current configuration
+        self._conversation = conversation
+        self._prepares = prepares
+        self._emit = emit
+        self._outbox = outbox
+        self._ids = ids
+        self._limits = limits
+        self._session_id = session_id
+        self._post = post  # into the session's mailbox
+        self._on_ended = on_ended
+        self.epoch = 0
+        self.active: ActiveResponse | None = None
+        # A server_vad turn committed during a response waits here for it to end.
+        self.deferred: ResponseRequest | None = None
+        self._oob: dict[str, ActiveResponse] = {}  # out-of-band responses, by id
+        self._oob_epochs: dict[str, int] = {}
+        self._last_response_id: str | None = None
+        self._closed = False
+
+    # --- what the session asks -------------------------------------------------------
+
+    def lane_epoch(self, lane: str) -> int:
+        """The current epoch of an output lane; output of any other is stale. An
+        out-of-band response has a lane of its own, removed when it is cancelled."""
+        return self.epoch if lane == CONVERSATION else self._oob_epochs.get(lane, -1)
+
+    def holds_item(self, item_id: str) -> bool:
+        """Whether `item_id` belongs to the response in progress."""
+        active = self.active
+        return active is not None and item_id in (active.item_id, *active.stream.outputs)
+
+    def request(self, request: ResponseRequest) -> None:
+        if request.out_of_band:
+            self._start(request)  # beside the conversation: never gated
+            return
+        action = decide_response_request(
+            RequestSnapshot(self.active is not None, request.from_client)
+        )
+        if action is ResponseRequestAction.REJECT:
+            raise p.ProtocolError(
+                "conversation_already_has_active_response",
+                "Conversation already has an active response in progress.",
+                event_id=request.event_id,
+            )
+        if action is ResponseRequestAction.START:
+            self._start(request)
+        elif self.deferred is None:
+            self.deferred = request
+
+    def start_deferred(self) -> None:
+        if self.deferred is not None and self.active is None and not self._closed:
+            request, self.deferred = self.deferred, None
+            self._start(request)
+
+    async def barge_in(self, interrupt_response: bool) -> None:
+        """The user started speaking."""
+        action = decide_barge_in(
+            SpeechStartSnapshot(
+                interrupt_response, self.active is not None, self.deferred is not None
+            )
+        )
+        if action is not BargeIn.NONE:
+            # The user talks again: a deferred answer to an earlier turn is moot.
+            self.deferred = None
+        if action is BargeIn.CANCEL_ACTIVE:
+            await self.cancel_active("turn_detected")
+
+    def finished(self, message: ResponseFinished) -> None:
+        """A response task's stream ended by itself."""
+        resp = message.response
+        if resp.finalized:
+            return  # already ended by a cancel
+        self._finalize(resp, *ending_of(message.error, resp.stream.finish))
+
+    async def cancel_active(self, reason: CancelReason) -> None:
+        assert self.active is not None
+        await self._cancel(self.active, reason)
+
+    async def cancel(self, event: p.ResponseCancel) -> None:
+        """`response.cancel`: the active response, or an out-of-band one by id."""
+        wanted = event.response_id
+        if self.active is not None and wanted in (None, self.active.id):
+            self.deferred = None
+            await self.cancel_active("client_cancelled")
+        elif wanted is not None and wanted in self._oob:
+            await self._cancel(self._oob[wanted], "client_cancelled")
+        else:
+            what = f"response '{wanted}'" if wanted else "a response"
+            raise p.ProtocolError(
+                "response_cancel_not_active",
+                f"Cancellation failed: there is no active {what} to cancel.",
+                "response_id" if wanted else None,
+                event.event_id,
+            )
+
+    async def clear_output(self, event: p.OutputAudioBufferClear) -> None:
+        """Stop all assistant audio now: the active response is cancelled, and
+        audio still queued from finished ones is dropped."""
+        last = self.active.id if self.active is not None else self._last_response_id
+        if last is None:
+            raise p.ProtocolError(
+                "invalid_request_error",
+                "There is no assistant audio to clear.",
+                event_id=event.event_id,
+            )
+        if self.active is not None:
+            self.deferred = None
+            await self.cancel_active("client_cancelled")
+        else:
+            self.epoch += 1
+            self._outbox.drop_stale()
+        self._emit.control(OutputAudioBufferCleared, response_id=last)
+
+    async def shutdown(self) -> None:
+        """The connection is gone: stop the active response's model and task, bounded."""
+        self._closed = True
+        self.deferred = None
+        if self.active is not None:
+            resp, self.active = self.active, None
+            self.epoch += 1
+            await self._abort(resp)
+            if resp.task is not None:
+                resp.task.cancel()
+                await asyncio.wait([resp.task], timeout=self._limits.abort_timeout_s)
+
+    # --- a response's life -----------------------------------------------------------
+
+    def _start(self, request: ResponseRequest) -> None:
+        """Announce a response; its task starts the model once the gate opens."""
+        config = self._config()
+        modalities = request.modalities or config.output_modalities
+        message = Item(id=self._ids.new("item"), role="assistant", status="in_progress")
+        if "audio" not in modalities:
+            message.text = ""
+        response_id = self._ids.new("resp")
+        stream = ResponseStream(
+            response_id=response_id,
+            epoch=0 if request.out_of_band else self.epoch,
+            lane=response_id if request.out_of_band else CONVERSATION,
+            message=message,
+            audio_out="audio" in modalities,
+            in_conversation=not request.out_of_band,
+            encoder=OutputEncoder(config.output_format),
+            gate=None
+            if request.out_of_band
+            else ResponseGate(
+                self._prepares, self._prepares.last_seq, tuple(self._prepares.tracked())
+            ),
+            emit=self._emit,
+            conversation=self._conversation,
+            new_id=self._ids.new,
+            current_epoch=self.lane_epoch,
+        )
+        resp = ActiveResponse(
+            request=request,
+            modalities=modalities,
+            max_output_tokens=request.max_output_tokens or config.max_output_tokens,
+            stream=stream,
+        )
+        self._last_response_id = resp.id
+        if request.out_of_band:
+            self._oob[resp.id] = resp
+            self._oob_epochs[resp.id] = stream.epoch
+        else:
+            # Placed now, after the turn it answers; announced with its first output.
+            self._conversation.append(message)
+            self.active = resp
+        self._emit.control(ResponseCreatedEvent, response=self._wire(resp, "in_progress"))
+        if not request.out_of_band:
+            # One response at a time per conversation: that is Parley's rate limit.
+            self._emit.control(
+                RateLimitsUpdatedEvent,
+                rate_limits=[{"name": "requests", "limit": 1, "remaining": 0, "reset_seconds": 0}],
+            )
+        resp.task = asyncio.get_running_loop().create_task(
+            self._run(resp), name=f"response:{resp.id}"
+        )
+
+    async def _run(self, resp: ActiveResponse) -> None:
+        """The response task: its stream, then word to the session's mailbox unless
+        a cancel owns the ending."""
+
+        def prompt() -> Prompt:  # built when the gate opens, from the conversation then
+            return prompt_for(resp, self._conversation.items, self._config(), self._session_id)
+
+        error: BaseException | None = None
+        try:
+            await resp.stream.run(self._executor, prompt)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("session %s: response %s failed", self._session_id, resp.id)
+            error = exc
+        if not resp.stream.fenced():
+            self._post(ResponseFinished(resp, error))
+
+    def _wire(
+        self,
+        resp: ActiveResponse,
+        status: str,
+        details: dict[str, Any] | None = None,
+        output: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        config = self._config()
+        return response_wire(
+            resp,
+            status,
+            conversation_id=self._conversation.id,
+            voice=config.voice,
+            audio_format=config.output_format.to_wire(),
+            details=details,
+            output=output,
+        )
+
+    async def _cancel(self, resp: ActiveResponse, reason: CancelReason) -> None:
+        # 1. fence: nothing of the old epoch reaches the wire now
+        if resp.request.out_of_band:
+            self._oob_epochs.pop(resp.id, None)
+        else:
+            self.epoch += 1
+        self._outbox.drop_stale()
+        await self._abort(resp)  # 2. stop the model
+        if resp.task is not None:
+            resp.task.cancel()
+        # 3. exactly one terminal event
+        self._finalize(resp, "cancelled", {"type": "cancelled", "reason": reason})
+
+    async def _abort(self, resp: ActiveResponse) -> None:
+        try:
+            await asyncio.wait_for(self._executor.abort(resp.id), self._limits.abort_timeout_s)
+        except TimeoutError:
+            log.warning("session %s: abort of %s timed out", self._session_id, resp.id)
+        except Exception:
+            log.exception("session %s: abort of %s failed", self._session_id, resp.id)
+
+    def _finalize(self, resp: ActiveResponse, status: str, details: dict[str, Any] | None) -> None:
+        """End a response: settle its items to what the client received, then emit
+        the closing events and the one `response.done`."""
+        resp.finalized = True
+        stream = resp.stream
+        in_band = not resp.request.out_of_band
+        if in_band:
+            self.active = None
+        else:
+            self._oob.pop(resp.id, None)
+        item = stream.message
+        kept = 0
+        if stream.message_open:
+            kept = stream.close_message(status, self._outbox.sent_samples.get(item.id, 0))
+        if in_band:
+            # The calls go right after the message's place, in order; an
+            # unannounced message then leaves, so they stand where it stood.
+            previous = item.id
+            for call in stream.calls:
+                self._conversation.insert_after(call, previous)
+                previous = call.id
+            if not stream.message_open:
+                self._conversation.remove(item.id)
+        audio_answer = in_band and stream.message_open and stream.audio_out
+        self._on_ended(ResponseEnded(item.audio_ms if audio_answer else None, kept > 0))
+        by_id = {call.id: call for call in stream.calls}
+        by_id[item.id] = item
+        output = [by_id[i].wire() for i in stream.outputs]
+        self._emit.control(ResponseDoneEvent, response=self._wire(resp, status, details, output))

@@ -1,0 +1,203 @@
+"""A response as data: what it is asked to be (a client's `response.create` or a
+server_vad commit), its record while it runs, and its wire shape. The lifecycle that
+uses them is the Responder's (engine/responder.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.conversation import Conversation, Item
+from engine.items import item_from_wire, prompt_item
+from engine.response_stream import ResponseStream
+from engine.session_config import (
+    Modality,
+    SessionConfig,
+    normalize_modalities,
+    tool_choice_name,
+    tools_from_wire,
+)
+from models.base import Prompt, Tool
+from server import protocol as p
+
+CancelReason = Literal["turn_detected", "client_cancelled"]
+CONVERSATION = "conversation"  # the output lane of the default conversation
+
+
+@dataclass(frozen=True)
+class ResponseRequest:
+    from_client: bool
+    event_id: str | None = None
+    instructions: str | None = None
+    modalities: tuple[Modality, ...] | None = None
+    metadata: dict[str, str] | None = None
+    max_output_tokens: int | Literal["inf"] | None = None
+    tools: tuple[Tool, ...] | None = None  # None: the session's
+    tool_choice: str | None = None
+    # Explicit input instead of the conversation (resolved items).
+    input: tuple[Item, ...] | None = None
+    # conversation: "none": outside the conversation, beside the active response.
+    out_of_band: bool = False
+
+
+def request_from_create(
+    event: p.ResponseCreate, conversation: Conversation, new_id: Callable[[str], str]
+) -> ResponseRequest:
+    """The request a client's `response.create` makes; raises ProtocolError naming
+    the field that is wrong."""
+    r = event.response or p.ResponseIn()
+    if r.conversation not in (None, "auto", "none"):
+        raise p.ProtocolError(
+            "invalid_value",
+            "conversation must be 'auto' or 'none'.",
+            "response.conversation",
+            event.event_id,
+        )
+    modalities = normalize_modalities(r.output_modalities or r.modalities)
+    if modalities is not None and len(modalities) != 1:
+        raise p.ProtocolError(
+            "invalid_value",
+            "output_modalities must be exactly one of ['audio'] or ['text'].",
+            "response.output_modalities",
+            event.event_id,
+        )
+    inputs = None
+    if r.input is not None:
+        inputs = tuple(
+            _input_item(item, f"response.input[{i}]", event.event_id, conversation, new_id)
+            for i, item in enumerate(r.input)
+        )
+    return ResponseRequest(
+        from_client=True,
+        event_id=event.event_id,
+        instructions=r.instructions,
+        modalities=tuple(modalities) if modalities else None,
+        metadata=r.metadata,
+        max_output_tokens=r.max_output_tokens or r.max_response_output_tokens,
+        tools=None if r.tools is None else tools_from_wire(r.tools),
+        tool_choice=None if r.tool_choice is None else tool_choice_name(r.tool_choice),
+        input=inputs,
+        out_of_band=r.conversation == "none",
+    )
+
+
+def _input_item(
+    wire: p.ItemIn,
+    param: str,
+    event_id: str | None,
+    conversation: Conversation,
+    new_id: Callable[[str], str],
+) -> Item:
+    """An item of `response.create` input: a reference to the conversation, or
+    a new item that is used for this response only."""
+    if wire.type == "item_reference":
+        found = conversation.get(wire.id or "")
+        if found is None:
+            raise p.ProtocolError(
+                "item_not_found", f"Item '{wire.id}' does not exist.", f"{param}.id", event_id
+            )
+        return found
+    return item_from_wire(wire, new_id, param=param, event_id=event_id)
+
+
+@dataclass
+class ActiveResponse:
+    """A response from `response.created` to its `response.done`: the Responder's
+    record. Its `stream` belongs to `task`."""
+
+    request: ResponseRequest
+    modalities: tuple[Modality, ...]
+    max_output_tokens: int | Literal["inf"]
+    stream: ResponseStream
+    task: asyncio.Task[None] | None = None
+    finalized: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.stream.response_id
+
+    @property
+    def item_id(self) -> str:
+        return self.stream.item_id
+
+
+@dataclass(frozen=True)
+class ResponseFinished:
+    """Mailbox message: a response task's stream ended (with `error` if it failed)."""
+
+    response: ActiveResponse
+    error: BaseException | None
+
+
+def response_wire(
+    resp: ActiveResponse,
+    status: str,
+    *,
+    conversation_id: str,
+    voice: str,
+    audio_format: dict[str, Any],
+    details: dict[str, Any] | None = None,
+    output: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The SDK's `RealtimeResponse`."""
+    wire: dict[str, Any] = {
+        "id": resp.id,
+        "object": "realtime.response",
+        "status": status,
+        "status_details": details,
+        "output": output or [],
+        "conversation_id": None if resp.request.out_of_band else conversation_id,
+        "output_modalities": list(resp.modalities),
+        "max_output_tokens": resp.max_output_tokens,
+        "metadata": resp.request.metadata,
+    }
+    if resp.stream.audio_out:
+        wire["audio"] = {"output": {"format": audio_format, "voice": voice}}
+    return wire
+
+
+def prompt_for(
+    resp: ActiveResponse, items: list[Item], config: SessionConfig, session_id: str
+) -> Prompt:
+    """The model's prompt: the explicit input if the request had one; otherwise the
+    conversation `items` before the response's own (turns committed during it
+    belong to a later response)."""
+    request = resp.request
+    if request.input is not None:
+        source: list[Item] = list(request.input)
+    else:
+        source = []
+        for i in items:
+            if i.id == resp.item_id:
+                break
+            source.append(i)
+    limit = resp.max_output_tokens
+    return Prompt(
+        request_id=resp.id,
+        session_id=session_id,
+        instructions=request.instructions
+        if request.instructions is not None
+        else config.instructions,
+        items=tuple(prompt_item(i) for i in source),
+        output_modalities=resp.modalities,
+        max_output_tokens=None if limit == "inf" else int(limit),
+        tools=request.tools if request.tools is not None else config.tools,
+        tool_choice=request.tool_choice or config.tool_choice,
+    )
+
+
+Ending = tuple[str, dict[str, Any] | None]  # status and status_details of response.done
+
+
+def ending_of(error: BaseException | None, finish: Literal["length"] | None) -> Ending:
+    """How a response whose stream ended by itself is reported."""
+    if error is not None:
+        return "failed", {
+            "type": "failed",
+            "error": {"type": "server_error", "code": "model_error", "message": str(error)},
+        }
+    if finish == "length":
+        return "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
+    return "completed", None
