@@ -42,6 +42,7 @@ from openai.types.realtime.realtime_server_event import (
     ConversationItemRetrieved,
 )
 
+from engine import protocol as p
 from engine.appends import AppendChain, AppendChainBroken, AppendRecord
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
@@ -69,7 +70,6 @@ from engine.session_responses import ResponsesMixin
 from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
 from models.base import Executor, PromptItem
-from server import protocol as p
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,7 @@ from openai.types.realtime.realtime_server_event import (
     OutputAudioBufferCleared,
 )
 
+from engine import protocol as p
 from engine.appends import AppendChain
 from engine.audio_format import OutputEncoder
 from engine.conversation import Conversation, Item, TranscriptMark, transcript_at
@@ -59,12 +60,10 @@ from engine.responses import (
 )
 from engine.session_config import (
     SessionConfig,
-    normalize_modalities,
     tool_choice_name,
     tools_from_wire,
 )
 from models.base import Executor, FunctionCall, OutputChunk, Prompt
-from server import protocol as p
 
 log = logging.getLogger("engine.session")
 
@@ -131,7 +130,7 @@ class ResponsesMixin:
                 "response.conversation",
                 event.event_id,
             )
-        modalities = normalize_modalities(r.output_modalities or r.modalities)
+        modalities = r.output_modalities
         if modalities is not None and len(modalities) != 1:
             raise p.ProtocolError(
                 "invalid_value",
@@ -152,7 +151,7 @@ class ResponsesMixin:
                 instructions=r.instructions,
                 modalities=tuple(modalities) if modalities else None,
                 metadata=r.metadata,
-                max_output_tokens=r.max_output_tokens or r.max_response_output_tokens,
+                max_output_tokens=r.max_output_tokens,
                 tools=None if r.tools is None else tools_from_wire(r.tools),
                 tool_choice=None if r.tool_choice is None else tool_choice_name(r.tool_choice),
                 input=inputs,

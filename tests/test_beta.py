@@ -1,4 +1,4 @@
-"""The beta protocol (server/beta.py), checked against the SDK's beta types.
+"""The beta protocol (engine/protocol/beta.py), checked against the SDK's beta types.
 
 Every GA event a real session emits (a VAD turn with input transcription, a
 text-only response, refusals, a manual turn and a truncate, a barge-in, a failed
@@ -35,9 +35,9 @@ from openai.types.realtime import (
 from pydantic import TypeAdapter
 
 from engine.emitter import build
+from engine.protocol.beta import BETA_MODELS, to_beta, to_beta_text, wants_beta
 from models.base import OutputChunk, Prompt, PromptItem
 from models.scripted import ScriptedExecutor
-from server.beta import BETA_MODELS, to_beta, to_beta_text, wants_beta
 from tests.audio_fixtures import RATE, load_wav, silence
 from tests.conftest import RunningServer, ServerFactory
 from tests.harness import Harness
@@ -277,7 +277,7 @@ def of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def test_expected_names_every_ga_server_event() -> None:
-    # A new GA event type in the SDK needs a decision here (and in server/beta.py).
+    # A new GA event type in the SDK needs a decision here (and in engine/protocol/beta.py).
     assert set(EXPECTED) == _types(RealtimeServerEvent)
     assert {t for t in EXPECTED.values() if t} <= _types(BetaServerEvent)
 

@@ -11,7 +11,7 @@ name events as each client knows them (GA `response.output_audio.delta`, beta
 
 Each test declares the client event types it sends (`@sends`); the fixture checks
 that it sent exactly those, and the last test that together they cover every
-type in `server.protocol.SUPPORTED_TYPES`.
+type in `engine.protocol.SUPPORTED_TYPES`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.audio_format import PCMU, OutputEncoder, alaw_decode
+from engine.protocol import SUPPORTED_TYPES
 from models.scripted import ScriptedExecutor
-from server.protocol import SUPPORTED_TYPES
 from tests.audio_fixtures import RATE, load_wav, silence
 from tests.conftest import ServerFactory
 from tests.sdk_check import assert_sdk_event
