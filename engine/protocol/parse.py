@@ -14,35 +14,22 @@ import json
 
 from pydantic import ValidationError
 
+from engine.protocol import events
 from engine.protocol.errors import ProtocolError, validation_error
-from engine.protocol.events import (
-    ClientEvent,
-    ConversationItemCreate,
-    ConversationItemDelete,
-    ConversationItemRetrieve,
-    ConversationItemTruncate,
-    InputAudioBufferAppend,
-    InputAudioBufferClear,
-    InputAudioBufferCommit,
-    OutputAudioBufferClear,
-    ResponseCancel,
-    ResponseCreate,
-    SessionUpdate,
-    ValidatedEvent,
-)
+from engine.protocol.events import ClientEvent, InputAudioBufferAppend, ValidatedEvent
 from engine.protocol.normalize import normalize
 
 _MODELS: dict[str, type[ValidatedEvent]] = {
-    "session.update": SessionUpdate,
-    "input_audio_buffer.commit": InputAudioBufferCommit,
-    "input_audio_buffer.clear": InputAudioBufferClear,
-    "response.create": ResponseCreate,
-    "response.cancel": ResponseCancel,
-    "conversation.item.truncate": ConversationItemTruncate,
-    "conversation.item.create": ConversationItemCreate,
-    "conversation.item.retrieve": ConversationItemRetrieve,
-    "conversation.item.delete": ConversationItemDelete,
-    "output_audio_buffer.clear": OutputAudioBufferClear,
+    "session.update": events.SessionUpdate,
+    "input_audio_buffer.commit": events.InputAudioBufferCommit,
+    "input_audio_buffer.clear": events.InputAudioBufferClear,
+    "response.create": events.ResponseCreate,
+    "response.cancel": events.ResponseCancel,
+    "conversation.item.truncate": events.ConversationItemTruncate,
+    "conversation.item.create": events.ConversationItemCreate,
+    "conversation.item.retrieve": events.ConversationItemRetrieve,
+    "conversation.item.delete": events.ConversationItemDelete,
+    "output_audio_buffer.clear": events.OutputAudioBufferClear,
 }
 # Beta names that differ from GA ones (client side: none of this events
 # were renamed, but beta clients may still send the transcription session update).
