@@ -87,12 +87,13 @@ def add_stats_route(app: FastAPI, probes: Probes) -> None:
 def instrument_parley(probes: Probes) -> None:
     """Wrap the executor, the outbox and the session's append path (class attributes,
     this process only) to timestamp `delta_ms` and `stop_ms`."""
+    from engine import protocol
     from engine.emitter import Outbox, OutEvent
     from engine.session import Session
     from engine.turns import SpeechStopped, TurnEvent
     from models.base import OutputChunk, Prompt
     from models.scripted import ScriptedExecutor
-    from server import protocol, realtime
+    from server import realtime
 
     first_chunk: dict[str, float] = {}  # response id -> executor's first chunk
     seen_items: set[str] = set()

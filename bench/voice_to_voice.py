@@ -42,13 +42,13 @@ from bench.machine import cpu_seconds
 from bench.machine import machine as machine_facts
 from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
 from bench.vad_backends import speech_extent_ms
+from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
 from engine.session_config import DEFAULT_VAD
 from engine.vad import SileroOnnxBackend
 from models.cascade.asr import cache_dir
 from models.cascade.build import CascadeOptions, build_cascade
 from models.cascade.pipeline import CascadeExecutor
-from server.protocol import ProtocolError, parse_client_event
 
 REPEATS = 3
 CHUNK_MS = 20

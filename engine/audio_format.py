@@ -62,15 +62,6 @@ class AudioFormat:
         # The rate may be left out; G.711 has no rate field, but a correct one is harmless.
         return cls(kind, _RATES[kind] if rate is None else rate)
 
-    @classmethod
-    def from_beta(cls, name: str) -> AudioFormat:
-        """The beta protocol's names: "pcm16", "g711_ulaw", "g711_alaw"."""
-        fmt = _BETA_NAMES.get(name)
-        if fmt is None:
-            supported = ", ".join(_BETA_NAMES)
-            raise ValueError(f"unsupported audio format {name!r} (supported: {supported})")
-        return fmt
-
     def to_wire(self) -> dict[str, str | int]:
         if self.kind == "pcm":
             return {"type": "audio/pcm", "rate": self.rate}
@@ -88,7 +79,6 @@ class AudioFormat:
 PCM24 = AudioFormat("pcm", ENGINE_RATE)
 PCMU = AudioFormat("pcmu", G711_RATE)
 PCMA = AudioFormat("pcma", G711_RATE)
-_BETA_NAMES = {"pcm16": PCM24, "g711_ulaw": PCMU, "g711_alaw": PCMA}
 
 
 # --- G.711 ---------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.conversation import Item
+from engine.protocol import ItemIn, ProtocolError
 from models.base import PromptItem
-from server.protocol import ItemIn, ProtocolError
 
 
 def item_from_wire(
@@ -24,8 +24,8 @@ def item_from_wire(
 ) -> Item:
     """A conversation item from the client's description of one.
 
-    GA content types and beta's assistant `text`/`audio` are both accepted; user
-    audio is base64 16-bit PCM at `rate`. Raises ProtocolError naming the field.
+    GA content types (`engine.protocol` has renamed beta's); user audio is base64
+    16-bit PCM at `rate`. Raises ProtocolError naming the field.
     """
 
     def fail(message: str, field: str, code: str = "invalid_value") -> ProtocolError:
@@ -67,9 +67,9 @@ def item_from_wire(
     for i, part in enumerate(wire.content):
         where = f"content[{i}]"
         if wire.role == "assistant":
-            if part.type in ("output_text", "text"):
+            if part.type == "output_text":
                 item.text = (item.text or "") + (part.text or "")
-            elif part.type in ("output_audio", "audio"):
+            elif part.type == "output_audio":
                 item.transcript += part.transcript or ""
             else:
                 raise fail(f"Assistant content cannot be '{part.type}'.", f"{where}.type")

@@ -27,6 +27,7 @@ from openai.types.realtime import (
 )
 from openai.types.realtime.realtime_server_event import OutputAudioBufferCleared
 
+from engine import protocol
 from engine.audio_format import OutputEncoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox
@@ -53,7 +54,6 @@ from engine.response import (
 from engine.response_stream import ResponseGate, ResponseStream
 from engine.session_config import SessionConfig
 from models.base import Executor, Prompt
-from server import protocol as p
 
 log = logging.getLogger("engine.session")
 
@@ -124,7 +124,7 @@ class Responder:
             RequestSnapshot(self.active is not None, request.from_client)
         )
         if action is ResponseRequestAction.REJECT:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "conversation_already_has_active_response",
                 "Conversation already has an active response in progress.",
                 event_id=request.event_id,
@@ -163,7 +163,7 @@ class Responder:
         assert self.active is not None
         await self._cancel(self.active, reason)
 
-    async def cancel(self, event: p.ResponseCancel) -> None:
+    async def cancel(self, event: protocol.ResponseCancel) -> None:
         """`response.cancel`: the active response, or an out-of-band one by id."""
         wanted = event.response_id
         if self.active is not None and wanted in (None, self.active.id):
@@ -173,19 +173,19 @@ class Responder:
             await self._cancel(self._oob[wanted], "client_cancelled")
         else:
             what = f"response '{wanted}'" if wanted else "a response"
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "response_cancel_not_active",
                 f"Cancellation failed: there is no active {what} to cancel.",
                 "response_id" if wanted else None,
                 event.event_id,
             )
 
-    async def clear_output(self, event: p.OutputAudioBufferClear) -> None:
+    async def clear_output(self, event: protocol.OutputAudioBufferClear) -> None:
         """Stop all assistant audio now: the active response is cancelled, and
         audio still queued from finished ones is dropped."""
         last = self.active.id if self.active is not None else self._last_response_id
         if last is None:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "invalid_request_error",
                 "There is no assistant audio to clear.",
                 event_id=event.event_id,

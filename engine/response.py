@@ -9,18 +9,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engine import protocol
 from engine.conversation import Conversation, Item
 from engine.items import item_from_wire, prompt_item
 from engine.response_stream import ResponseStream
 from engine.session_config import (
     Modality,
     SessionConfig,
-    normalize_modalities,
     tool_choice_name,
     tools_from_wire,
 )
 from models.base import Prompt, Tool
-from server import protocol as p
 
 CancelReason = Literal["turn_detected", "client_cancelled"]
 CONVERSATION = "conversation"  # the output lane of the default conversation
@@ -43,21 +42,21 @@ class ResponseRequest:
 
 
 def request_from_create(
-    event: p.ResponseCreate, conversation: Conversation, new_id: Callable[[str], str]
+    event: protocol.ResponseCreate, conversation: Conversation, new_id: Callable[[str], str]
 ) -> ResponseRequest:
     """The request a client's `response.create` makes; raises ProtocolError naming
     the field that is wrong."""
-    r = event.response or p.ResponseIn()
+    r = event.response or protocol.ResponseIn()
     if r.conversation not in (None, "auto", "none"):
-        raise p.ProtocolError(
+        raise protocol.ProtocolError(
             "invalid_value",
             "conversation must be 'auto' or 'none'.",
             "response.conversation",
             event.event_id,
         )
-    modalities = normalize_modalities(r.output_modalities or r.modalities)
+    modalities = r.output_modalities
     if modalities is not None and len(modalities) != 1:
-        raise p.ProtocolError(
+        raise protocol.ProtocolError(
             "invalid_value",
             "output_modalities must be exactly one of ['audio'] or ['text'].",
             "response.output_modalities",
@@ -75,7 +74,7 @@ def request_from_create(
         instructions=r.instructions,
         modalities=tuple(modalities) if modalities else None,
         metadata=r.metadata,
-        max_output_tokens=r.max_output_tokens or r.max_response_output_tokens,
+        max_output_tokens=r.max_output_tokens,
         tools=None if r.tools is None else tools_from_wire(r.tools),
         tool_choice=None if r.tool_choice is None else tool_choice_name(r.tool_choice),
         input=inputs,
@@ -84,7 +83,7 @@ def request_from_create(
 
 
 def _input_item(
-    wire: p.ItemIn,
+    wire: protocol.ItemIn,
     param: str,
     event_id: str | None,
     conversation: Conversation,
@@ -95,7 +94,7 @@ def _input_item(
     if wire.type == "item_reference":
         found = conversation.get(wire.id or "")
         if found is None:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "item_not_found", f"Item '{wire.id}' does not exist.", f"{param}.id", event_id
             )
         return found

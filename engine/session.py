@@ -40,6 +40,7 @@ from openai.types.realtime.realtime_server_event import (
     ConversationItemRetrieved,
 )
 
+from engine import protocol
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
@@ -58,7 +59,6 @@ from engine.session_config import (
 from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
 from models.base import Executor, PromptItem
-from server import protocol as p
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class TranscriptionFinished:
 class Reject:
     """A client frame that did not parse, reported in wire order."""
 
-    error: p.ProtocolError
+    error: protocol.ProtocolError
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,12 @@ class _Close:
 
 
 Message = (
-    p.ClientEvent | Reject | PreparationFinished | ResponseFinished | TranscriptionFinished | _Close
+    protocol.ClientEvent
+    | Reject
+    | PreparationFinished
+    | ResponseFinished
+    | TranscriptionFinished
+    | _Close
 )
 InternalMessage = PreparationFinished | ResponseFinished | TranscriptionFinished
 
@@ -106,7 +111,7 @@ class Session:
         *,
         model: str,
         limits: EngineLimits | None = None,
-        preset: p.SessionIn | None = None,
+        preset: protocol.SessionIn | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
         self.executor = executor
@@ -153,11 +158,13 @@ class Session:
 
     # --- the mailbox ----------------------------------------------------------------
 
-    async def submit(self, event: p.ClientEvent | p.ProtocolError) -> None:
+    async def submit(self, event: protocol.ClientEvent | protocol.ProtocolError) -> None:
         """Queue a client event (or its parse error); waits while the mailbox is full,
         which stops the reader and so pushes back on the client without losing data."""
         await self._slots.acquire()
-        self._mailbox.put_nowait(Reject(event) if isinstance(event, p.ProtocolError) else event)
+        self._mailbox.put_nowait(
+            Reject(event) if isinstance(event, protocol.ProtocolError) else event
+        )
 
     def _post(self, message: Message) -> None:
         self._mailbox.put_nowait(message)
@@ -203,7 +210,7 @@ class Session:
         is_client = not isinstance(message, InternalMessage)
         try:
             await self._handle(message)
-        except p.ProtocolError as exc:
+        except protocol.ProtocolError as exc:
             self._error(exc)
         except OutboxOverflow:
             raise
@@ -211,7 +218,7 @@ class Session:
             # A bug must not end the session: report it and carry on.
             log.exception("session %s: error handling %s", self.session_id, type(message))
             self._error(
-                p.ProtocolError(
+                protocol.ProtocolError(
                     "internal_error",
                     "The server failed to handle this event.",
                     event_id=getattr(message, "event_id", None),
@@ -224,27 +231,27 @@ class Session:
 
     async def _handle(self, m: Message) -> None:
         match m:
-            case p.InputAudioBufferAppend():
+            case protocol.InputAudioBufferAppend():
                 await self._on_append(m)
-            case p.InputAudioBufferCommit():
+            case protocol.InputAudioBufferCommit():
                 self._on_commit(m)
-            case p.InputAudioBufferClear():
+            case protocol.InputAudioBufferClear():
                 self._on_clear()
-            case p.SessionUpdate():
+            case protocol.SessionUpdate():
                 self._on_session_update(m)
-            case p.ResponseCreate():
+            case protocol.ResponseCreate():
                 self.responder.request(request_from_create(m, self.conversation, self.ids.new))
-            case p.ResponseCancel():
+            case protocol.ResponseCancel():
                 await self.responder.cancel(m)
-            case p.ConversationItemTruncate():
+            case protocol.ConversationItemTruncate():
                 await self._on_truncate(m)
-            case p.ConversationItemCreate():
+            case protocol.ConversationItemCreate():
                 self._on_item_create(m)
-            case p.ConversationItemRetrieve():
+            case protocol.ConversationItemRetrieve():
                 self._on_item_retrieve(m)
-            case p.ConversationItemDelete():
+            case protocol.ConversationItemDelete():
                 self._on_item_delete(m)
-            case p.OutputAudioBufferClear():
+            case protocol.OutputAudioBufferClear():
                 await self.responder.clear_output(m)
             case Reject():
                 self._error(m.error)
@@ -255,7 +262,7 @@ class Session:
             case TranscriptionFinished():
                 self._on_transcription_finished(m)
 
-    def _error(self, exc: p.ProtocolError) -> None:
+    def _error(self, exc: protocol.ProtocolError) -> None:
         self.emit.control(
             RealtimeErrorEvent,
             error={
@@ -277,14 +284,14 @@ class Session:
         detector.reset(self.buffer.pos_to_ms(self.buffer.end))
         return detector
 
-    async def _on_append(self, event: p.InputAudioBufferAppend) -> None:
+    async def _on_append(self, event: protocol.InputAudioBufferAppend) -> None:
         incoming_ms = self.config.input_format.ms_of(len(event.pcm))
         if (
             self.detector is None
             and self.buffer.pos_to_ms(len(self.buffer)) + incoming_ms > self.limits.max_buffer_ms
         ):
             # Refused before decoding, so the decoder's state holds nothing of it.
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "input_audio_buffer_full",
                 f"The input audio buffer holds at most {self.limits.max_buffer_ms} ms; "
                 "commit or clear it first.",
@@ -293,7 +300,7 @@ class Session:
         try:
             pcm = self.decoder.decode(event.pcm)
         except ValueError as exc:  # e.g. an odd byte count for 16-bit PCM
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "invalid_value", f"Invalid value for 'audio': {exc}", "audio", event.event_id
             ) from None
         self.buffer.append(pcm)
@@ -365,10 +372,10 @@ class Session:
         self._commit(item_id, self.buffer.ms_to_pos(start_ms), self.buffer.end)
         self.responder.request(ResponseRequest(from_client=False))
 
-    def _on_commit(self, event: p.InputAudioBufferCommit) -> None:
+    def _on_commit(self, event: protocol.InputAudioBufferCommit) -> None:
         have_ms = self.buffer.pos_to_ms(len(self.buffer))
         if have_ms < self.limits.min_commit_ms:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "input_audio_buffer_commit_empty",
                 f"Error committing input audio buffer: expected at least "
                 f"{self.limits.min_commit_ms}ms of audio, but the buffer has {have_ms}ms.",
@@ -465,7 +472,7 @@ class Session:
             return  # a broken chain was reported at its first failure
         # A response waiting on this turn fails by itself (see `ResponseGate.wait`).
         self._error(
-            p.ProtocolError(
+            protocol.ProtocolError(
                 "input_failed",
                 f"The model could not take input item {message.preparation.label}: {error}",
                 type="server_error",
@@ -474,7 +481,7 @@ class Session:
 
     # --- session configuration ----------------------------------------------------------
 
-    def _on_session_update(self, event: p.SessionUpdate) -> None:
+    def _on_session_update(self, event: protocol.SessionUpdate) -> None:
         old = self.config
         self.config = apply_update(
             old, event.session, audio_started=self._assistant_spoke, event_id=event.event_id
@@ -492,15 +499,15 @@ class Session:
     def _item_or_error(self, item_id: str, event_id: str | None) -> Item:
         item = self.conversation.get(item_id)
         if item is None:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "item_not_found", f"Item '{item_id}' does not exist.", "item_id", event_id
             )
         return item
 
-    def _on_item_create(self, event: p.ConversationItemCreate) -> None:
+    def _on_item_create(self, event: protocol.ConversationItemCreate) -> None:
         item = item_from_wire(event.item, self.ids.new, event_id=event.event_id)
         if self.conversation.get(item.id) is not None:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "invalid_value",
                 f"An item with id '{item.id}' already exists.",
                 "item.id",
@@ -512,7 +519,7 @@ class Session:
         elif previous == "root":
             previous = None
         elif self.conversation.get(previous) is None:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "item_not_found",
                 f"previous_item_id '{previous}' does not exist.",
                 "previous_item_id",
@@ -522,14 +529,14 @@ class Session:
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
 
-    def _on_item_retrieve(self, event: p.ConversationItemRetrieve) -> None:
+    def _on_item_retrieve(self, event: protocol.ConversationItemRetrieve) -> None:
         item = self._item_or_error(event.item_id, event.event_id)
         self.emit.control(ConversationItemRetrieved, item=item.wire(with_audio=True))
 
-    def _on_item_delete(self, event: p.ConversationItemDelete) -> None:
+    def _on_item_delete(self, event: protocol.ConversationItemDelete) -> None:
         item = self._item_or_error(event.item_id, event.event_id)
         if self.responder.holds_item(item.id):
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "invalid_value",
                 "This item belongs to the response in progress; cancel it first.",
                 "item_id",
@@ -538,24 +545,24 @@ class Session:
         self.conversation.remove(item.id)
         self.emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
-    async def _on_truncate(self, event: p.ConversationItemTruncate) -> None:
+    async def _on_truncate(self, event: protocol.ConversationItemTruncate) -> None:
         item = self.conversation.get(event.item_id)
         if item is None:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "item_not_found",
                 f"Item '{event.item_id}' does not exist.",
                 "item_id",
                 event.event_id,
             )
         if item.role != "assistant" or item.kind != "message" or item.text is not None:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "invalid_value",
                 "Only assistant audio items can be truncated.",
                 "item_id",
                 event.event_id,
             )
         if event.content_index != 0:
-            raise p.ProtocolError(
+            raise protocol.ProtocolError(
                 "invalid_value",
                 "The item has one content part: use content_index 0.",
                 "content_index",

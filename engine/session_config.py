@@ -1,8 +1,9 @@
 """A session's effective configuration and how `session.update` patches it.
 
-The patch arrives in either GA (nested `audio.input...`) or beta (flat) shape; both
-are folded into one immutable `SessionConfig`. `apply_update` is pure: it returns a
-new config or raises ProtocolError naming the offending `param`.
+The patch arrives in GA shape (nested `audio.input...`; `engine.protocol` has moved
+any beta spellings there) and is folded into one immutable `SessionConfig`.
+`apply_update` is pure: it returns a new config or raises ProtocolError naming the
+offending `param`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from engine.audio_format import PCM24, AudioFormat
-from engine.turns import ServerVadParams
-from models.base import Tool
-from server.protocol import (
+from engine.protocol import (
     AudioFormatIn,
     ProtocolError,
     SessionIn,
@@ -23,6 +22,8 @@ from server.protocol import (
     TranscriptionIn,
     TurnDetectionIn,
 )
+from engine.turns import ServerVadParams
+from models.base import Tool
 
 Modality = Literal["text", "audio"]
 PCM_RATE = 24_000
@@ -68,8 +69,8 @@ def apply_update(
         raise fail("invalid_value", "The session's model cannot be changed.", "session.model")
     if "instructions" in sent:
         changes["instructions"] = patch.instructions or ""
-    modalities = patch.output_modalities if "output_modalities" in sent else patch.modalities
-    modalities = normalize_modalities(modalities)
+    # (The errors for modalities and voice name the GA field, however it was sent.)
+    modalities = patch.output_modalities
     if modalities is not None:
         if len(modalities) != 1:
             raise fail(
@@ -78,25 +79,17 @@ def apply_update(
                 "session.output_modalities",
             )
         changes["output_modalities"] = tuple(modalities)
-    if "max_output_tokens" in sent or "max_response_output_tokens" in sent:
-        value = (
-            patch.max_output_tokens
-            if "max_output_tokens" in sent
-            else patch.max_response_output_tokens
-        )
+    if "max_output_tokens" in sent:
+        value = patch.max_output_tokens
         changes["max_output_tokens"] = "inf" if value is None else value
 
     audio_in = patch.audio.input if patch.audio else None
     audio_out = patch.audio.output if patch.audio else None
 
-    # Turn detection: GA nested wins over beta flat; an explicit null disables it.
+    # Turn detection: an explicit null disables it.
     if audio_in is not None and "turn_detection" in audio_in.model_fields_set:
         changes["turn_detection"] = _turn_detection(
-            audio_in.turn_detection, "session.audio.input.turn_detection", event_id
-        )
-    elif "turn_detection" in sent:
-        changes["turn_detection"] = _turn_detection(
-            patch.turn_detection, "session.turn_detection", event_id
+            audio_in.turn_detection, patch.param("audio.input.turn_detection"), event_id
         )
 
     if "tools" in sent:
@@ -106,13 +99,11 @@ def apply_update(
             "auto" if patch.tool_choice is None else tool_choice_name(patch.tool_choice)
         )
 
-    # Input transcription: GA nested wins over beta flat; null turns it off.
+    # Input transcription: null turns it off.
     if audio_in is not None and "transcription" in audio_in.model_fields_set:
         changes["input_transcription"] = _transcription(audio_in.transcription)
-    elif "input_audio_transcription" in sent:
-        changes["input_transcription"] = _transcription(patch.input_audio_transcription)
 
-    voice = audio_out.voice if audio_out and audio_out.voice else patch.voice
+    voice = audio_out.voice if audio_out else None
     if voice is not None and voice != config.voice:
         if audio_started:
             raise fail(
@@ -122,25 +113,13 @@ def apply_update(
             )
         changes["voice"] = voice
 
-    # Formats: GA nested (audio.input.format) or beta flat (input_audio_format).
     for side, nested in (("input", audio_in), ("output", audio_out)):
-        fmt = _format(nested.format if nested else None, f"session.audio.{side}.format", event_id)
-        beta = getattr(patch, f"{side}_audio_format")
-        if fmt is None and beta is not None:
-            fmt = _format_beta(beta, f"session.{side}_audio_format", event_id)
+        fmt = _format(
+            nested.format if nested else None, patch.param(f"audio.{side}.format"), event_id
+        )
         if fmt is not None:
             changes[f"{side}_format"] = fmt
     return replace(config, **changes)
-
-
-def normalize_modalities(
-    modalities: list[Modality] | None,
-) -> list[Modality] | None:
-    """Beta clients ask for ["text", "audio"]: audio with its transcript, which is
-    what GA calls ["audio"]."""
-    if modalities is not None and set(modalities) == {"text", "audio"}:
-        return ["audio"]
-    return modalities
 
 
 def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:
@@ -196,13 +175,6 @@ def _format(fmt: AudioFormatIn | None, param: str, event_id: str | None) -> Audi
         return None
     try:
         return AudioFormat.from_wire(fmt.type, fmt.rate)
-    except ValueError as exc:
-        raise ProtocolError("unsupported_audio_format", str(exc), param, event_id) from None
-
-
-def _format_beta(name: str, param: str, event_id: str | None) -> AudioFormat:
-    try:
-        return AudioFormat.from_beta(name)
     except ValueError as exc:
         raise ProtocolError("unsupported_audio_format", str(exc), param, event_id) from None
 

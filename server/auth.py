@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.protocol import ProtocolError, SessionIn, normalize_session, validation_error
 from engine.session_config import SessionConfig, apply_update, to_wire
-from server.protocol import ProtocolError, SessionIn, validation_error
 
 EPHEMERAL_PREFIX = "ek_"
 # Browsers cannot set headers, so they offer the key as a subprotocol.
@@ -219,9 +219,13 @@ def parse_client_secret_request(body: bytes) -> ClientSecretRequest:
     if not isinstance(raw, dict):
         raise ApiError(400, "invalid_json", "The request body must be a JSON object.")
     try:
-        return ClientSecretRequest.model_validate(raw)
+        request = ClientSecretRequest.model_validate(raw)
     except ValidationError as exc:
         raise _bad_request(validation_error(exc, None)) from None
+    if request.session is None:
+        return request
+    # The preset in GA shape, as a session.update's session is.
+    return request.model_copy(update={"session": normalize_session(request.session)})
 
 
 def create_client_secret(

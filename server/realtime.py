@@ -16,13 +16,18 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from engine.emitter import OutboxOverflow
 from engine.limits import EngineLimits
+from engine.protocol import (
+    BETA_HEADER,
+    ProtocolError,
+    parse_client_event,
+    to_beta_text,
+    wants_beta,
+)
 from engine.session import Session
 from engine.vad import VadBackend
 from models.base import Executor
 from server.auth import ApiError, KeyStore, presented_key
-from server.beta import BETA_HEADER, to_beta_text, wants_beta
 from server.config import Settings
-from server.protocol import ProtocolError, parse_client_event
 
 log = logging.getLogger(__name__)
 

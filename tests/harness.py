@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from engine.limits import EngineLimits
+from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
 from engine.vad import VadBackend, WebRtcVadBackend
 from models.base import Executor
 from models.scripted import ScriptedExecutor
-from server.protocol import ProtocolError, parse_client_event
 from tests.sdk_check import assert_sdk_event
 
 MAX_BYTES = 16 * 1024 * 1024

@@ -115,12 +115,6 @@ def test_wire_formats() -> None:
         assert wire_schema.validate_python(wire).model_dump(exclude_none=True) == wire
 
 
-def test_beta_formats() -> None:
-    assert AudioFormat.from_beta("pcm16") == PCM24
-    assert AudioFormat.from_beta("g711_ulaw") == PCMU
-    assert AudioFormat.from_beta("g711_alaw") == PCMA
-
-
 @pytest.mark.parametrize(
     ("type_", "rate", "message"),
     [
@@ -136,12 +130,6 @@ def test_beta_formats() -> None:
 def test_wire_refusals(type_: str, rate: int | None, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         AudioFormat.from_wire(type_, rate)
-
-
-@pytest.mark.parametrize("name", ["audio/pcm", "g722", "pcm", "PCM16", ""])
-def test_beta_refusals(name: str) -> None:
-    with pytest.raises(ValueError, match="supported: pcm16, g711_ulaw, g711_alaw"):
-        AudioFormat.from_beta(name)
 
 
 def test_unsupported_formats_cannot_be_built() -> None:

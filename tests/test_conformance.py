@@ -4,14 +4,14 @@ Every test runs twice, once with the GA client (`client.realtime.connect`) and o
 with the beta one (`client.beta.realtime.connect`), over a real uvicorn server
 (tests/conftest.py) with the scripted executor. Client events go out through the
 SDK's own typed methods; every server event received is validated strictly, GA
-ones against `RealtimeServerEvent` (tests/sdk_check.py), beta ones against the
-SDK's beta union (tests/test_beta.py), before a test looks at it. Expectations
+ones against `RealtimeServerEvent`, beta ones against the SDK's beta union (both
+tests/sdk_check.py), before a test looks at it. Expectations
 name events as each client knows them (GA `response.output_audio.delta`, beta
 `response.audio.delta`...).
 
 Each test declares the client event types it sends (`@sends`); the fixture checks
 that it sent exactly those, and the last test that together they cover every
-type in `server.protocol.SUPPORTED_TYPES`.
+type in `engine.protocol.SUPPORTED_TYPES`.
 """
 
 from __future__ import annotations
@@ -28,15 +28,17 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from openai import AsyncOpenAI
+from openai.types.beta.realtime import RealtimeServerEvent as BetaServerEvent
+from openai.types.realtime import RealtimeServerEvent
 
 from bench.speech import PCM_RATE as RATE
 from bench.speech import load_wav, silence
 from engine.audio_format import PCMU, OutputEncoder, alaw_decode
+from engine.protocol import SUPPORTED_TYPES
+from engine.protocol.beta import RENAMED, beta_type
 from models.scripted import ScriptedExecutor
-from server.protocol import SUPPORTED_TYPES
 from tests.conftest import ServerFactory
-from tests.sdk_check import assert_sdk_event
-from tests.test_beta import assert_beta_event
+from tests.sdk_check import assert_beta_event, assert_sdk_event, event_types
 
 TIMEOUT_S = 10.0  # per event: a safety net, never a pause
 MODEL = "gpt-realtime"  # a name both the GA and the beta session types know
@@ -50,18 +52,8 @@ WEATHER_TOOL = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
 
-# GA server event type -> what the beta client receives instead (None: nothing).
-BETA_NAMES: dict[str, str | None] = {
-    "conversation.item.added": "conversation.item.created",
-    "conversation.item.done": None,
-    "response.output_audio.delta": "response.audio.delta",
-    "response.output_audio.done": "response.audio.done",
-    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
-    "response.output_audio_transcript.done": "response.audio_transcript.done",
-    "response.output_text.delta": "response.text.delta",
-    "response.output_text.done": "response.text.done",
-}
-BETA_ONLY = {name for name in BETA_NAMES.values() if name is not None} - set(BETA_NAMES)
+# Types only a beta client may receive: the beta names of renamed GA events.
+BETA_ONLY = set(RENAMED.values()) - set(RENAMED)
 
 
 # --- which client events each test sends ---------------------------------------------------
@@ -103,7 +95,7 @@ class Client:
         """A server event type as this client receives it."""
         if not self.beta:
             return ga_type
-        beta = BETA_NAMES.get(ga_type, ga_type)
+        beta = beta_type(ga_type)
         assert beta is not None, f"beta clients never receive {ga_type}"
         return beta
 
@@ -708,8 +700,8 @@ def test_suite_sends_every_supported_client_event() -> None:
 
 
 def test_beta_names_are_beta_server_events() -> None:
-    """The renames this suite expects are real beta event types."""
-    from tests.test_beta import EXPECTED
-
-    for ga, beta in BETA_NAMES.items():
-        assert EXPECTED[ga] == beta
+    """The renames this suite expects are real beta event types, and real GA ones
+    are what they rename."""
+    assert set(RENAMED) <= set(event_types(RealtimeServerEvent).values())
+    assert set(RENAMED.values()) <= set(event_types(BetaServerEvent).values())
+    assert beta_type("conversation.item.done") is None  # beta announced an item once

@@ -8,7 +8,7 @@ from typing import Any, get_args
 
 from openai.types.realtime import RealtimeClientEvent, RealtimeServerEvent
 
-from server.protocol import SUPPORTED_TYPES
+from engine.protocol import SUPPORTED_TYPES
 
 ROOT = Path(__file__).parent.parent
 DOC = (ROOT / "docs" / "protocol.md").read_text()
@@ -33,7 +33,9 @@ def table(heading: str) -> dict[str, tuple[str, list[str]]]:
 
 CLIENT = table("Client events")
 SERVER = table("Server events")
-SOURCE = "\n".join(p.read_text() for d in ("engine", "server") for p in (ROOT / d).glob("*.py"))
+SOURCE = "\n".join(
+    p.read_text() for d in ("engine", "engine/protocol", "server") for p in (ROOT / d).glob("*.py")
+)
 TESTS = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
 
 
@@ -54,7 +56,7 @@ def test_server_events_marked_supported_are_built_by_the_server() -> None:
         if status.startswith("supported"):
             assert built, f"{name} is marked supported but {cls.__name__} is never built"
         elif status.startswith("beta"):
-            assert f'"{name}"' in (ROOT / "server" / "beta.py").read_text()
+            assert f'"{name}"' in (ROOT / "engine" / "protocol" / "beta.py").read_text()
         else:
             assert not built, f"{name} is built but marked '{status}'"
 

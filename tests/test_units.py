@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from engine.conversation import TranscriptMark, clamp_audio_end_ms, transcript_at
 from engine.emitter import Outbox, OutboxOverflow, OutEvent
 from engine.input_buffer import InputBuffer
+from engine.protocol import ProtocolError, SessionUpdate, parse_client_event
 from engine.session_config import SessionConfig, apply_update, to_wire
 from engine.turns import ServerVadParams
-from server.protocol import ProtocolError, SessionUpdate, parse_client_event
 from tests.sdk_check import assert_sdk_event
 
 

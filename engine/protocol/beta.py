@@ -1,6 +1,8 @@
 """The beta Realtime protocol for old clients: GA server events in the beta shape.
 
-Parley speaks GA. A client that connects with `OpenAI-Beta: realtime=v1` (the SDK's
+Parley speaks GA. Beta spellings a client sends are moved to their GA fields by
+`engine.protocol.normalize`, with the tables below; this module is the way out. A
+client that connects with `OpenAI-Beta: realtime=v1` (the SDK's
 `client.beta.realtime.connect`, or a browser offering the `openai-beta.realtime-v1`
 subprotocol) reads the beta protocol, so the writer passes each outgoing frame
 through `to_beta_text`. The translation is pure and shape-only:
@@ -82,7 +84,7 @@ _FIELDS: dict[str, frozenset[str]] = {
 
 # GA type -> beta type, where they differ. A GA type in neither this nor _FIELDS
 # has no beta equivalent and is dropped.
-_RENAMED: dict[str, str] = {
+RENAMED: dict[str, str] = {
     "conversation.item.added": "conversation.item.created",
     "response.output_audio.delta": "response.audio.delta",
     "response.output_audio.done": "response.audio.done",
@@ -105,12 +107,14 @@ BETA_MODELS = frozenset(
         "gpt-4o-mini-realtime-preview-2024-12-17",
     }
 )
-_FORMATS = {"audio/pcm": "pcm16", "audio/pcmu": "g711_ulaw", "audio/pcma": "g711_alaw"}
+# GA audio format type -> beta format name.
+FORMATS = {"audio/pcm": "pcm16", "audio/pcmu": "g711_ulaw", "audio/pcma": "g711_alaw"}
+# GA assistant content type -> beta's (user content types are the same in both).
+ASSISTANT_CONTENT = {"output_text": "text", "output_audio": "audio"}
 _CONTENT_TYPES = {
     "input_text": "input_text",
     "input_audio": "input_audio",
-    "output_text": "text",
-    "output_audio": "audio",
+    **ASSISTANT_CONTENT,
     "text": "text",
     "audio": "audio",
 }
@@ -136,15 +140,21 @@ def wants_beta(header: str | None, subprotocols: Iterable[str] = ()) -> bool:
     return BETA_SUBPROTOCOL in subprotocols
 
 
+def beta_type(kind: str) -> str | None:
+    """The beta type of a GA server event type, or None when beta has no such event."""
+    beta_kind = RENAMED.get(kind, kind)
+    return beta_kind if beta_kind in _FIELDS else None
+
+
 def to_beta(event: Event) -> Event | None:
     """The beta form of one GA server event, or None when beta has no such event."""
     kind = event.get("type")
     if not isinstance(kind, str):
         return None
-    beta_kind = _RENAMED.get(kind, kind)
-    fields = _FIELDS.get(beta_kind)
-    if fields is None:
-        return None  # no beta equivalent
+    beta_kind = beta_type(kind)
+    if beta_kind is None:
+        return None
+    fields = _FIELDS[beta_kind]
     out: Event = {k: v for k, v in event.items() if k in fields}
     out["type"] = beta_kind
     if "item" in out:
@@ -164,7 +174,7 @@ def to_beta(event: Event) -> Event | None:
 _TYPE_KEY = '"type":"'
 _FAST = {
     ga: beta
-    for ga, beta in _RENAMED.items()
+    for ga, beta in RENAMED.items()
     if ga.startswith(("response.output_audio", "response.output_text"))
 }
 
@@ -204,7 +214,7 @@ def _obj(value: Any) -> Event:
 
 
 def _format(fmt: Any) -> str | None:
-    return _FORMATS.get(fmt.get("type", "")) if isinstance(fmt, dict) else None
+    return FORMATS.get(fmt.get("type", "")) if isinstance(fmt, dict) else None
 
 
 def _item(item: Any) -> Event | None:

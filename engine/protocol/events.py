@@ -1,40 +1,23 @@
-"""The wire protocol: client events parsed into pydantic models, protocol errors.
+"""Client events as pydantic models.
 
-Client events are our own models (GA names first, beta spellings accepted) so that a
-bad field gets a precise `param` in the error. Server events are the official SDK's
-models (`openai.types.realtime`), built by `engine.emitter`, so the wire matches the
-SDK by construction.
-
-`input_audio_buffer.append` arrives 25-50 times a second per session, so it takes a
-lean path: one `json.loads`, a dispatch on `type`, a strict base64 decode.
+They are our own models, not the SDK's, so that a bad field gets a precise `param`
+in the error. They accept GA names and beta spellings alike; `normalize` then moves
+the beta spellings to their GA fields, so the engine reads GA only. Server events
+are the official SDK's models (`openai.types.realtime`), built by `engine.emitter`,
+so the wire matches the SDK by construction.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 
-@dataclass
-class ProtocolError(Exception):
-    """A refusal reported to the client as an OpenAI-style `error` event."""
+class ValidatedEvent(BaseModel):
+    """Every client event but the append, which takes the lean path."""
 
-    code: str
-    message: str
-    param: str | None = None
-    event_id: str | None = None
-    type: str = "invalid_request_error"
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
-
-
-class _Event(BaseModel):
     # Unknown fields are ignored rather than refused: newer clients send fields this
     # server does not know yet, and refusing them would break those clients.
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -130,7 +113,11 @@ class ItemIn(_Loose):
 
 class SessionIn(_Loose):
     """A partial session configuration. Which fields were sent matters (`null` for
-    turn detection disables it; absent leaves it), so read `model_fields_set`."""
+    turn detection disables it; absent leaves it), so read `model_fields_set`.
+
+    After `normalize` only the GA fields are set; `param` still names a field where
+    the client put it, for errors. (The field order decides which of several bad
+    fields pydantic names first, so it stays as it is.)"""
 
     type: Literal["realtime"] | None = None
     model: str | None = None
@@ -148,12 +135,19 @@ class SessionIn(_Loose):
     tools: list[ToolIn] | None = None
     tool_choice: ToolChoiceIn | None = None
     max_response_output_tokens: int | Literal["inf"] | None = None
+    # GA path -> the beta path `normalize` moved it from.
+    _moved_from: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def param(self, path: str) -> str:
+        """An error's `param` for the GA field at `path` (e.g. "audio.input.format"),
+        spelled the way the client sent it."""
+        return "session." + self._moved_from.get(path, path)
 
 
 # --- client events ----------------------------------------------------------------
 
 
-class SessionUpdate(_Event):
+class SessionUpdate(ValidatedEvent):
     type: Literal["session.update"]
     session: SessionIn
 
@@ -169,11 +163,11 @@ class InputAudioBufferAppend:
     type: Literal["input_audio_buffer.append"] = "input_audio_buffer.append"
 
 
-class InputAudioBufferCommit(_Event):
+class InputAudioBufferCommit(ValidatedEvent):
     type: Literal["input_audio_buffer.commit"]
 
 
-class InputAudioBufferClear(_Event):
+class InputAudioBufferClear(ValidatedEvent):
     type: Literal["input_audio_buffer.clear"]
 
 
@@ -190,40 +184,40 @@ class ResponseIn(_Loose):
     max_response_output_tokens: int | Literal["inf"] | None = None  # beta spelling
 
 
-class ResponseCreate(_Event):
+class ResponseCreate(ValidatedEvent):
     type: Literal["response.create"]
     response: ResponseIn | None = None
 
 
-class ResponseCancel(_Event):
+class ResponseCancel(ValidatedEvent):
     type: Literal["response.cancel"]
     response_id: str | None = None
 
 
-class ConversationItemTruncate(_Event):
+class ConversationItemTruncate(ValidatedEvent):
     type: Literal["conversation.item.truncate"]
     item_id: str
     content_index: int = Field(ge=0)
     audio_end_ms: int = Field(ge=0)
 
 
-class ConversationItemCreate(_Event):
+class ConversationItemCreate(ValidatedEvent):
     type: Literal["conversation.item.create"]
     item: ItemIn
     previous_item_id: str | None = None
 
 
-class ConversationItemRetrieve(_Event):
+class ConversationItemRetrieve(ValidatedEvent):
     type: Literal["conversation.item.retrieve"]
     item_id: str
 
 
-class ConversationItemDelete(_Event):
+class ConversationItemDelete(ValidatedEvent):
     type: Literal["conversation.item.delete"]
     item_id: str
 
 
-class OutputAudioBufferClear(_Event):
+class OutputAudioBufferClear(ValidatedEvent):
     type: Literal["output_audio_buffer.clear"]
 
 
@@ -240,96 +234,3 @@ ClientEvent = (
     | ConversationItemDelete
     | OutputAudioBufferClear
 )
-
-_MODELS: dict[str, type[_Event]] = {
-    "session.update": SessionUpdate,
-    "input_audio_buffer.commit": InputAudioBufferCommit,
-    "input_audio_buffer.clear": InputAudioBufferClear,
-    "response.create": ResponseCreate,
-    "response.cancel": ResponseCancel,
-    "conversation.item.truncate": ConversationItemTruncate,
-    "conversation.item.create": ConversationItemCreate,
-    "conversation.item.retrieve": ConversationItemRetrieve,
-    "conversation.item.delete": ConversationItemDelete,
-    "output_audio_buffer.clear": OutputAudioBufferClear,
-}
-# Beta names that differ from GA ones (client side: none of this issue's events
-# were renamed, but beta clients may still send the transcription session update).
-_ALIASES: dict[str, str] = {"transcription_session.update": "session.update"}
-
-APPEND = "input_audio_buffer.append"
-SUPPORTED_TYPES = sorted([APPEND, *_MODELS])
-
-
-def parse_client_event(text: str | bytes, max_bytes: int) -> ClientEvent:
-    """Parse one WebSocket text frame into a client event, or raise ProtocolError."""
-    size = len(text)
-    if isinstance(text, str) and 4 * size > max_bytes:
-        # The limit is in bytes; a character takes up to 4 of them in UTF-8, so only
-        # frames that might exceed it pay for measuring.
-        size = len(text.encode("utf-8", "surrogatepass"))
-    if size > max_bytes:
-        raise ProtocolError(
-            "message_too_large",
-            f"Message of {size} bytes exceeds the limit of {max_bytes} bytes.",
-        )
-    try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        # ValueError covers JSONDecodeError and UnicodeDecodeError, and also what
-        # json raises for integers too long to convert; RecursionError is deep nesting.
-        raise ProtocolError("invalid_json", f"The message is not valid JSON: {exc}.") from None
-    if not isinstance(raw, dict):
-        raise ProtocolError("invalid_json", "The message must be a JSON object.")
-    event_id = raw.get("event_id") if isinstance(raw.get("event_id"), str) else None
-    kind = raw.get("type")
-    if not isinstance(kind, str):
-        raise ProtocolError(
-            "missing_required_parameter", "Missing required parameter: 'type'.", "type", event_id
-        )
-    if kind == APPEND:
-        return InputAudioBufferAppend(_decode_audio(raw.get("audio"), event_id), event_id)
-    model = _MODELS.get(_ALIASES.get(kind, kind))
-    if model is None:
-        raise ProtocolError(
-            "invalid_value",
-            f"Invalid value: '{kind[:64]}'. Supported values are: {', '.join(SUPPORTED_TYPES)}.",
-            "type",
-            event_id,
-        )
-    raw["type"] = _ALIASES.get(kind, kind)
-    try:
-        return model.model_validate(raw)  # type: ignore[return-value]
-    except ValidationError as exc:
-        raise validation_error(exc, event_id) from None
-
-
-def _decode_audio(audio: object, event_id: str | None) -> bytes:
-    if audio is None:
-        raise ProtocolError(
-            "missing_required_parameter", "Missing required parameter: 'audio'.", "audio", event_id
-        )
-    if not isinstance(audio, str):
-        raise ProtocolError(
-            "invalid_type", "Invalid type for 'audio': expected a base64 string.", "audio", event_id
-        )
-    try:
-        pcm = base64.b64decode(audio, validate=True)
-    except (binascii.Error, ValueError):
-        raise ProtocolError(
-            "invalid_value", "Invalid value for 'audio': not valid base64.", "audio", event_id
-        ) from None
-    return pcm  # whether the bytes fit the session's format is the session's check
-
-
-def validation_error(exc: ValidationError, event_id: str | None) -> ProtocolError:
-    """The first pydantic error as an OpenAI-style error with a dotted `param`."""
-    first = exc.errors()[0]
-    param = ".".join(str(part) for part in first["loc"])
-    if first["type"] == "missing":
-        return ProtocolError(
-            "missing_required_parameter", f"Missing required parameter: '{param}'.", param, event_id
-        )
-    wrong_type = first["type"].endswith(("_type", "_parsing"))
-    code = "invalid_type" if wrong_type else "invalid_value"
-    return ProtocolError(code, f"Invalid '{param}': {first['msg']}.", param, event_id)
