@@ -44,9 +44,9 @@ from bench.vad_backends import speech_extent_ms
 from engine.session import Session
 from engine.session_config import DEFAULT_VAD
 from engine.vad import SileroOnnxBackend
-from models.cascade.asr import cache_dir
 from models.cascade.build import CascadeOptions, build_cascade
 from models.cascade.pipeline import CascadeExecutor
+from models.speech.files import cache_dir
 from server.protocol import ProtocolError, parse_client_event
 from tests.audio_fixtures import RATE, load_wav, silence
 

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from models.base import OutputChunk, Prompt, PromptItem
-from models.cascade.tts import FliteSynthesizer
 from models.openai_compat import (
     BackendError,
     BackendOptions,
@@ -24,7 +23,9 @@ from models.openai_compat import (
     rendezvous,
     session_key,
 )
-from models.speech import Speaker, StageSlots
+from models.speech.slots import StageSlots
+from models.speech.speaker import Speaker
+from models.speech.tts import FliteSynthesizer
 from tests.audio_fixtures import load_wav
 from tests.fake_openai import FakeOpenAI, running_fake_openai
 
