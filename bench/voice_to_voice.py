@@ -46,9 +46,9 @@ from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
 from engine.session_config import DEFAULT_VAD
 from engine.vad import SileroOnnxBackend
-from models.cascade.asr import cache_dir
 from models.cascade.build import CascadeOptions, build_cascade
 from models.cascade.pipeline import CascadeExecutor
+from models.speech.files import cache_dir
 
 REPEATS = 3
 CHUNK_MS = 20

@@ -31,7 +31,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from models.base import Prompt, PromptItem
-from models.speech import resample_int16
+from models.speech.audio import resample_int16
 
 PromptStyle = Literal["qwen2_audio", "ultravox", "minicpmo", "voxtral"]
 PROMPT_STYLES: tuple[PromptStyle, ...] = get_args(PromptStyle)

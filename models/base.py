@@ -7,12 +7,16 @@ snapshot of the conversation and stream its chunks, abort a request by id.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+
+# The rate the engine and the executors exchange audio at: int16 mono, 24 kHz.
+PCM_RATE = 24_000
 
 ItemKind = Literal["message", "function_call", "function_call_output"]
 
@@ -22,7 +26,7 @@ class PromptItem:
     id: str
     role: Literal["user", "assistant", "system"]
     audio: np.ndarray | None = None  # int16 mono at `rate`
-    rate: int = 24_000
+    rate: int = PCM_RATE
     text: str | None = None  # typed text, or the transcript of audio
     kind: ItemKind = "message"
     call_id: str | None = None  # function_call and function_call_output
@@ -71,9 +75,27 @@ class OutputChunk:
     finish: Literal["length"] | None = None
 
 
+@dataclass
+class ExecutorStats:
+    """time.monotonic() of milestones by request or item id ("started",
+    "first_token", "first_audio" of a response), the first time each is reached.
+    For benchmarks and tests; executors add their own counters."""
+
+    marks: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def mark(self, key: str, milestone: str) -> None:
+        self.marks.setdefault(key, {}).setdefault(milestone, time.monotonic())
+
+
 class Executor(ABC):
     name: str = "executor"
-    output_rate: int = 24_000
+    output_rate: int = PCM_RATE
+    stats: ExecutorStats  # set by each executor
+
+    @property
+    def queued(self) -> int:
+        """Model calls waiting for a free slot (shown by /healthz)."""
+        return 0
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Load the model or reach it before serving; the app's lifespan calls it

@@ -10,22 +10,16 @@ import importlib.util
 import logging
 
 from models.audio_prompt import PROMPT_STYLES
-from models.cascade.asr import WhisperRecognizer
-from models.cascade.build import CascadeOptions, make_synthesizer
 from models.errors import ModelMissing
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
-from models.speech import Speaker, StageSlots
+from models.speech.asr import WhisperRecognizer
+from models.speech.voice import VoiceOptions, make_speaker
 from models.vllm_engine import VLLM_FIX, VllmExecutor, VllmOptions
 
 log = logging.getLogger(__name__)
 
 
-def make_speaker(voice: CascadeOptions, output_rate: int = 24_000) -> Speaker:
-    tts = make_synthesizer(voice)
-    return Speaker(tts, StageSlots("tts", voice.concurrency), output_rate)
-
-
-def build_vllm(options: VllmOptions, voice: CascadeOptions) -> VllmExecutor:
+def build_vllm(options: VllmOptions, voice: VoiceOptions) -> VllmExecutor:
     """Checks what can be checked without starting the engine (that happens in the
     app's lifespan, ~1 minute): vLLM is importable and the model is named."""
     if options.model in ("", "parley"):
@@ -43,7 +37,7 @@ def build_vllm(options: VllmOptions, voice: CascadeOptions) -> VllmExecutor:
     )
 
 
-def build_openai_compat(options: BackendOptions, voice: CascadeOptions) -> OpenAICompatExecutor:
+def build_openai_compat(options: BackendOptions, voice: VoiceOptions) -> OpenAICompatExecutor:
     if not options.urls:
         raise ModelMissing(
             "--executor openai_compat needs a backend.",

@@ -31,7 +31,6 @@ import logging
 import re
 import time
 import wave
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,21 +39,17 @@ import httpx
 import numpy as np
 
 from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
-from models.base import Executor, OutputChunk, Prompt, PromptItem
-from models.cascade.asr import SpeechRecognizer
-from models.cascade.tts import wav_samples
-from models.speech import (
-    Marks,
-    Speaker,
-    Transcripts,
-    resample_int16,
-    sentences_of,
-    speak_sentences,
-)
+from models.base import PCM_RATE, OutputChunk, Prompt
+from models.speech.asr import SpeechRecognizer
+from models.speech.audio import resample_int16
+from models.speech.speaker import Speaker
+from models.speech.tts import wav_samples
+from models.text_then_speech import RequestState, TextThenSpeechExecutor, TextThenSpeechStats
 
 log = logging.getLogger(__name__)
 
-OPENAI_AUDIO_RATE = 24_000  # pcm16 audio deltas of the OpenAI API
+# pcm16 audio deltas of the OpenAI API: the engine's rate, so they pass through as is.
+OPENAI_AUDIO_RATE = PCM_RATE
 
 
 class BackendError(RuntimeError):
@@ -147,22 +142,21 @@ class _Delta:
 
 
 @dataclass
-class _Request:
-    aborted: bool = False
+class _Request(RequestState):
     reader: asyncio.Task[None] | None = None
     queue: asyncio.Queue[_Delta | BaseException | None] = field(default_factory=asyncio.Queue)
     backend: str | None = None
 
 
 @dataclass
-class BackendStats(Marks):
+class BackendStats(TextThenSpeechStats):
     chosen: dict[str, str] = field(default_factory=dict)  # request id → backend URL
     attempts: dict[str, int] = field(default_factory=dict)
-    aborted: list[str] = field(default_factory=list)
 
 
-class OpenAICompatExecutor(Executor):
+class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
     name = "openai_compat"
+    stats: BackendStats
 
     def __init__(
         self,
@@ -175,18 +169,13 @@ class OpenAICompatExecutor(Executor):
     ) -> None:
         if not options.urls:
             raise ValueError("openai_compat needs at least one backend URL")
+        super().__init__(speaker, recognizer=recognizer, owns_tts=owns_tts)
         self.options = options
-        self.speaker = speaker
-        self.output_rate = speaker.output_rate
-        self.transcripts = Transcripts(recognizer)
         self.stats = BackendStats()
-        self._owns_tts = owns_tts
         self._clock = clock
         self._down_until: dict[str, float] = {}
         self._models: dict[str, str] = {}
-        self._requests: dict[str, _Request] = {}
         self._finish: dict[str, str] = {}  # request id → the backend's finish_reason
-        self._aborted_early: OrderedDict[str, None] = OrderedDict()
         self._client: httpx.AsyncClient | None = None
 
     # --- backends ---------------------------------------------------------------------
@@ -226,13 +215,6 @@ class OpenAICompatExecutor(Executor):
 
     # --- executor ---------------------------------------------------------------------
 
-    async def prepare(self, item: PromptItem) -> None:
-        if item.role == "user" and item.text is None:
-            self.transcripts.start(item)
-
-    async def transcribe(self, item: PromptItem) -> str | None:
-        return await self.transcripts.get(item)
-
     def body(self, prompt: Prompt, model: str) -> dict[str, Any]:
         o = self.options
         limit = min(prompt.max_output_tokens or o.max_output_tokens, o.max_output_tokens)
@@ -258,10 +240,9 @@ class OpenAICompatExecutor(Executor):
 
     async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         request_id = prompt.request_id
-        if request_id in self._aborted_early:
-            return  # cancelled before it started
-        state = self._requests[request_id] = _Request()
-        self.stats.mark(request_id, "started")
+        if self._aborted_before_start(request_id):
+            return
+        state = self._begin(request_id, _Request())
         state.reader = asyncio.get_running_loop().create_task(self._read(prompt, state))
         try:
             deltas = self._deltas(state)
@@ -280,14 +261,7 @@ class OpenAICompatExecutor(Executor):
                     async for delta in deltas:
                         yield delta.text
 
-                spoken = speak_sentences(
-                    sentences_of(texts()),
-                    self.speaker,
-                    speak=True,
-                    stopped=lambda: state.aborted,
-                    on_audio=lambda: self.stats.mark(request_id, "first_audio"),
-                )
-                async with contextlib.aclosing(spoken):
+                async with contextlib.aclosing(self._speak(texts(), request_id, state)) as spoken:
                     async for chunk in spoken:
                         yield chunk
                 if self._finish.get(request_id) == "length" and not state.aborted:
@@ -428,16 +402,7 @@ class OpenAICompatExecutor(Executor):
         audio = decode_audio(audio_part["data"]) if audio_part.get("data") else None
         return _Delta(text=text, audio=audio)
 
-    async def abort(self, request_id: str) -> None:
-        state = self._requests.get(request_id)
-        if state is None:
-            # Not started (cancelled before it reached the model): never start it.
-            self._aborted_early[request_id] = None
-            while len(self._aborted_early) > 1024:
-                self._aborted_early.popitem(last=False)
-            return
-        if state.aborted:
-            return
+    async def _abort_started(self, request_id: str, state: _Request) -> None:
         state.aborted = True
         self.stats.aborted.append(request_id)
         await self._stop_reader(state)
@@ -447,9 +412,7 @@ class OpenAICompatExecutor(Executor):
         for state in list(self._requests.values()):
             state.aborted = True
             await self._stop_reader(state)
-        await self.transcripts.aclose()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-        if self._owns_tts:
-            await asyncio.to_thread(self.speaker.tts.close)
+        await super().aclose()

@@ -16,7 +16,15 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
-from models.base import Executor, FunctionCall, OutputChunk, Prompt, PromptItem
+from models.base import (
+    PCM_RATE,
+    Executor,
+    ExecutorStats,
+    FunctionCall,
+    OutputChunk,
+    Prompt,
+    PromptItem,
+)
 
 T = TypeVar("T")
 
@@ -26,7 +34,7 @@ class ScriptedExecutor(Executor):
     chunk_ms: int = 100
     # Wall-clock pause before each chunk; 0 still yields to the loop each chunk.
     chunk_delay_s: float = 0.0
-    output_rate: int = 24_000
+    output_rate: int = PCM_RATE
     name: str = "scripted"
     # Test seams: when set, each chunk / prepare / abort first waits on them.
     chunk_gate: asyncio.Semaphore | None = None
@@ -41,6 +49,7 @@ class ScriptedExecutor(Executor):
     aborted: list[str] = field(default_factory=list)
     abort_requests: list[str] = field(default_factory=list)  # before any abort_gate
     _aborted: set[str] = field(default_factory=set)
+    stats: ExecutorStats = field(default_factory=ExecutorStats)  # nothing is timed
 
     @staticmethod
     def reply_for(prompt: Prompt) -> str:

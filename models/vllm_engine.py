@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +38,11 @@ from models.audio_prompt import (
     style_of_model_dir,
     tokenizer_counter,
 )
-from models.base import Executor, OutputChunk, Prompt, PromptItem
-from models.cascade.asr import SpeechRecognizer
+from models.base import OutputChunk, Prompt
 from models.errors import ModelMissing
-from models.speech import Marks, Speaker, Transcripts, sentences_of, speak_sentences
+from models.speech.asr import SpeechRecognizer
+from models.speech.speaker import Speaker
+from models.text_then_speech import RequestState, TextThenSpeechExecutor, TextThenSpeechStats
 
 log = logging.getLogger(__name__)
 
@@ -168,21 +168,20 @@ class InstalledVllm:
 
 
 @dataclass
-class _Request:
+class _Request(RequestState):
     tokens: int = 0
     finish_reason: str | None = None
     finished: bool = False
-    aborted: bool = False
 
 
 @dataclass
-class VllmStats(Marks):
+class VllmStats(TextThenSpeechStats):
     tokens_by_request: dict[str, int] = field(default_factory=dict)
-    aborted: list[str] = field(default_factory=list)  # request ids aborted at the engine
 
 
-class VllmExecutor(Executor):
+class VllmExecutor(TextThenSpeechExecutor[_Request]):
     name = "vllm"
+    stats: VllmStats
 
     def __init__(
         self,
@@ -194,11 +193,9 @@ class VllmExecutor(Executor):
         count_tokens: TokenCounter | None = None,
         owns_tts: bool = False,
     ) -> None:
+        super().__init__(speaker, recognizer=recognizer, owns_tts=owns_tts)
         self.options = options
-        self.speaker = speaker
-        self.output_rate = speaker.output_rate
         self.backend: VllmBackend = backend if backend is not None else InstalledVllm()
-        self.transcripts = Transcripts(recognizer)
         local = Path(options.model)
         style = options.prompt_style or (style_of_model_dir(local) if local.is_dir() else None)
         if style is None:
@@ -215,9 +212,6 @@ class VllmExecutor(Executor):
         )
         self.engine: EngineLike | None = None
         self.stats = VllmStats()
-        self._owns_tts = owns_tts
-        self._requests: dict[str, _Request] = {}
-        self._aborted_early: OrderedDict[str, None] = OrderedDict()
 
     @property
     def running(self) -> int:
@@ -229,19 +223,12 @@ class VllmExecutor(Executor):
             log.info("starting vLLM engine for %s (%s prompts)", self.options.model, self.style)
             self.engine = self.backend.start_engine(self.options, self.style)
 
-    async def prepare(self, item: PromptItem) -> None:
-        if item.role == "user" and item.text is None:
-            self.transcripts.start(item)  # for history and the client; never awaited here
-
-    async def transcribe(self, item: PromptItem) -> str | None:
-        return await self.transcripts.get(item)
-
     async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         if self.engine is None:
             raise RuntimeError("the vLLM engine is not running (the server is starting)")
         engine = self.engine
         request_id = prompt.request_id
-        if request_id in self._aborted_early:
+        if self._aborted_before_start(request_id):
             return
         limit = min(
             prompt.max_output_tokens or self.options.max_output_tokens,
@@ -258,26 +245,18 @@ class VllmExecutor(Executor):
         params = self.backend.sampling_params(
             max_tokens=limit, temperature=self.options.temperature
         )
-        state = self._requests[request_id] = _Request()
-        self.stats.mark(request_id, "started")
+        state = self._begin(request_id, _Request())
         try:
             stream = engine.generate(self.backend.engine_input(audio_prompt), params, request_id)
             pieces = self._text(stream, request_id, state)
-            async with contextlib.aclosing(pieces):
-                if "audio" not in prompt.output_modalities:
+            if "audio" not in prompt.output_modalities:
+                async with contextlib.aclosing(pieces):
                     async for piece in pieces:
                         yield OutputChunk(text=piece)
-                else:
-                    spoken = speak_sentences(
-                        sentences_of(pieces),
-                        self.speaker,
-                        speak=True,
-                        stopped=lambda: state.aborted,
-                        on_audio=lambda: self.stats.mark(request_id, "first_audio"),
-                    )
-                    async with contextlib.aclosing(spoken):
-                        async for chunk in spoken:
-                            yield chunk
+            else:
+                async with contextlib.aclosing(self._speak(pieces, request_id, state)) as spoken:
+                    async for chunk in spoken:
+                        yield chunk
             if state.finish_reason == "length" and not state.aborted:
                 yield OutputChunk(finish="length")
         finally:
@@ -323,25 +302,14 @@ class VllmExecutor(Executor):
         except Exception:
             log.exception("vLLM abort of %s failed", request_id)
 
-    async def abort(self, request_id: str) -> None:
-        state = self._requests.get(request_id)
-        if state is None:
-            # Not started (cancelled before it reached the model): never start it.
-            self._aborted_early[request_id] = None
-            while len(self._aborted_early) > 1024:
-                self._aborted_early.popitem(last=False)
-            return
-        if state.finished or state.aborted or self.engine is None:
+    async def _abort_started(self, request_id: str, state: _Request) -> None:
+        if state.finished or self.engine is None:
             return
         state.aborted = True
         await self._abort_engine(self.engine, request_id)
 
     async def aclose(self) -> None:
-        await self.transcripts.aclose()
         engine, self.engine = self.engine, None
         if engine is not None:
-            for request_id in list(self._requests):
-                await self.abort(request_id)
             await asyncio.to_thread(engine.shutdown)
-        if self._owns_tts:
-            await asyncio.to_thread(self.speaker.tts.close)
+        await super().aclose()

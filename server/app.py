@@ -63,12 +63,12 @@ def make_executor(settings: Settings) -> Executor:
 def make_hosted_executor(settings: Settings) -> Executor:
     """The language model in vLLM (in this process, or a server's), speech by Parley's
     own stages. vLLM itself is imported only when the engine starts (lifespan)."""
-    from models.cascade.build import CascadeOptions
     from models.hosted import build_openai_compat, build_vllm
     from models.openai_compat import BackendOptions
+    from models.speech.voice import VoiceOptions
     from models.vllm_engine import VllmOptions
 
-    voice = CascadeOptions(
+    voice = VoiceOptions(
         asr_model=settings.asr_model,
         tts_engine=settings.tts_engine,
         tts_voice=settings.tts_voice,
@@ -142,7 +142,7 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         # Model calls waiting for a free slot (the cascade bounds each stage).
-        queued = getattr(model_executor, "queued", 0)
+        queued = model_executor.queued
         return {"status": "ok", "sessions": endpoint.sessions, "model_queue": queued}
 
     @app.get("/v1/models", dependencies=[Depends(api_key)])

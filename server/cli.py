@@ -226,7 +226,7 @@ def warn_if_exposed(settings: Settings) -> None:
 
 
 def print_models() -> int:
-    from models.cascade.build import installed_models
+    from models.inventory import installed_models
 
     rows = installed_models()
     print(f"{'stage':5}  {'model':38}  {'size':>9}  {'licence':28}  source / path")

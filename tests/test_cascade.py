@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 
 from bench.speech import load_wav, silence
-from models.cascade.asr import ModelInfo, WhisperRecognizer
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.text import ChatMessage
-from models.cascade.tts import PiperSynthesizer
+from models.speech.asr import WhisperRecognizer
+from models.speech.files import ModelInfo
+from models.speech.tts import PiperSynthesizer
 from tests.harness import Harness
 
 QUESTIONS = {

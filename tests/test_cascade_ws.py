@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.cascade.asr import WhisperRecognizer
+from models.speech.asr import WhisperRecognizer
 from tests.conftest import ServerFactory
 from tests.test_cascade import QUESTIONS, wer
 from tests.test_server_e2e import TIMEOUT_S, Events, append_chunked, connect, utterance

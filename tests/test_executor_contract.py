@@ -26,14 +26,16 @@ import pytest
 
 from bench.speech import load_wav, silence
 from models.base import Executor, Prompt
-from models.cascade.asr import ModelInfo, WhisperRecognizer
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.text import ChatMessage
-from models.cascade.tts import FliteSynthesizer, PiperSynthesizer
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
 from models.scripted import ScriptedExecutor
-from models.speech import Speaker, StageSlots
+from models.speech.asr import WhisperRecognizer
+from models.speech.files import ModelInfo
+from models.speech.slots import StageSlots
+from models.speech.speaker import Speaker
+from models.speech.tts import FliteSynthesizer, PiperSynthesizer
 from models.vllm_engine import VllmExecutor, VllmOptions
 from server.config import ExecutorName
 from tests.fake_openai import running_fake_openai

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from models.cascade.asr import join_parts
 from models.errors import ModelMissing
+from models.speech.files import join_parts
 
 
 def parts(tmp_path: Path) -> tuple[list[Path], str]:

@@ -16,7 +16,6 @@ import pytest
 
 from bench.speech import load_wav
 from models.base import OutputChunk, Prompt, PromptItem
-from models.cascade.tts import FliteSynthesizer
 from models.openai_compat import (
     BackendError,
     BackendOptions,
@@ -25,7 +24,9 @@ from models.openai_compat import (
     rendezvous,
     session_key,
 )
-from models.speech import Speaker, StageSlots
+from models.speech.slots import StageSlots
+from models.speech.speaker import Speaker
+from models.speech.tts import FliteSynthesizer
 from tests.fake_openai import FakeOpenAI, running_fake_openai
 
 

@@ -24,18 +24,16 @@ from faster_whisper import WhisperModel
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.cascade.tts import (
-    CLAUSE_MIN_CHARS,
-    SENTENCE_MAX_CHARS,
+from models.errors import ModelMissing
+from models.speech.sentences import CLAUSE_MIN_CHARS, SENTENCE_MAX_CHARS, split_sentences
+from models.speech.tts import (
     FliteSynthesizer,
     PiperSynthesizer,
     SynthesisError,
     default_synthesizer,
     speakable_line,
-    split_sentences,
     wav_samples,
 )
-from models.errors import ModelMissing
 
 # --- split_sentences -----------------------------------------------------------------
 

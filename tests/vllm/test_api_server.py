@@ -24,9 +24,10 @@ import pytest_asyncio
 
 import tests.test_executor_contract as contract
 from models.base import Prompt
-from models.cascade.tts import FliteSynthesizer
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
-from models.speech import Speaker, StageSlots
+from models.speech.slots import StageSlots
+from models.speech.speaker import Speaker
+from models.speech.tts import FliteSynthesizer
 from tests.harness import Harness
 from tests.vllm.conftest import (
     FIGURES,

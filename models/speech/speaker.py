@@ -1,0 +1,82 @@
+"""Speaking a streamed text reply, shared by every executor that makes text and
+synthesizes it with Parley's own TTS stage (the cascade, vLLM, remote servers).
+
+The text arrives in pieces (tokens, SSE deltas); they are cut into sentences as soon
+as each is complete (sentences.py), and `speak_text` synthesizes them one by one, so
+the first sentence is heard while the model still writes the next. A response stops
+within one sentence of an abort: no sentence is synthesized, nor yielded, once
+`stopped()` holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.base import PCM_RATE, OutputChunk
+from models.speech.audio import resample_int16
+from models.speech.sentences import sentences_of
+from models.speech.slots import StageSlots
+from models.speech.tts import Synthesizer
+
+
+@dataclass
+class Speaker:
+    """The TTS stage: a synthesizer behind its bound on concurrent calls, speaking at
+    the executor's output rate."""
+
+    tts: Synthesizer
+    slot: StageSlots
+    output_rate: int = PCM_RATE
+
+    def to_output_rate(self, audio: np.ndarray) -> np.ndarray:
+        return resample_int16(audio, self.tts.sample_rate, self.output_rate)
+
+
+@dataclass
+class SpeakOutcome:
+    """How `speak_text` ended: `stopped` when an abort cut it short."""
+
+    stopped: bool = False
+
+
+async def speak_text(
+    pieces: AsyncGenerator[str, None],
+    speaker: Speaker,
+    *,
+    speak: bool,
+    stopped: Callable[[], bool],
+    on_audio: Callable[[], None] | None = None,
+    outcome: SpeakOutcome | None = None,
+) -> AsyncGenerator[OutputChunk, None]:
+    """One chunk per sentence of the streamed reply `pieces`: its audio (when
+    `speak`) with the sentence as its transcript, spaced as the reply was. `on_audio`
+    runs after each synthesis (for counters). Closes `pieces` however it ends, so
+    the model's stream stops when this one is closed."""
+    outcome = outcome if outcome is not None else SpeakOutcome()
+    first = True
+    async with contextlib.aclosing(pieces):
+        async for sentence in sentences_of(pieces):
+            if stopped():
+                outcome.stopped = True
+                return
+            spaced = sentence if first else " " + sentence  # the transcript's spacing
+            first = False
+            if not speak:
+                yield OutputChunk(text=spaced)
+                continue
+            async with speaker.slot.slot():
+                if stopped():
+                    outcome.stopped = True
+                    return
+                audio = await asyncio.to_thread(speaker.tts.synthesize, sentence)
+            if on_audio is not None:
+                on_audio()
+            if stopped():
+                outcome.stopped = True
+                return  # aborted while synthesizing: drop it
+            yield OutputChunk(audio=speaker.to_output_rate(audio), text=spaced)

@@ -1,0 +1,41 @@
+"""How Parley hears and speaks, whichever model writes the replies: the options and
+the stages they make."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from models.base import PCM_RATE
+from models.speech.slots import StageSlots
+from models.speech.speaker import Speaker
+from models.speech.tts import (
+    FliteSynthesizer,
+    PiperSynthesizer,
+    Synthesizer,
+    default_synthesizer,
+)
+
+TtsEngine = Literal["auto", "piper", "flite"]
+
+
+@dataclass(frozen=True)
+class VoiceOptions:
+    asr_model: str = "tiny.en"  # tiny.en, base, or a CTranslate2 Whisper directory
+    tts_engine: TtsEngine = "auto"
+    tts_voice: Path | None = None  # a Piper VOICE.onnx (with VOICE.onnx.json beside it)
+    concurrency: int = 1  # concurrent calls per model stage
+
+
+def make_synthesizer(options: VoiceOptions) -> Synthesizer:
+    if options.tts_voice is not None or options.tts_engine == "piper":
+        return PiperSynthesizer(options.tts_voice)
+    if options.tts_engine == "flite":
+        return FliteSynthesizer()
+    return default_synthesizer()
+
+
+def make_speaker(voice: VoiceOptions, output_rate: int = PCM_RATE) -> Speaker:
+    tts = make_synthesizer(voice)
+    return Speaker(tts, StageSlots("tts", voice.concurrency), output_rate)
