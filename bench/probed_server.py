@@ -11,14 +11,15 @@ uvicorn_config) and the default asyncio loop, plus:
 - an event-loop lag probe: a task that sleeps 10 ms and records how late it wakes;
 - `GET /bench/stats?reset=1`: the samples gathered since the last reset, in ms.
 
-Parley also gets two timestamps by wrapping (in this process only; nothing in
-server/, engine/ or models/ knows about them):
+Parley also gets two timestamps from an engine observer (engine/observer.py, the
+interface metrics will use; nothing is patched):
 
-- `delta_ms`: first `response.output_audio.delta` of a response taken by the
-  connection's writer (the step right before `send_text`) minus the moment the
-  executor yielded that response's first chunk (ScriptedExecutor.generate);
-- `stop_ms`: `speech_stopped` emitted by the session minus the arrival of the
-  append that completed the silence window (when the reader parsed its frame).
+- `delta_ms`: first audio delta of a response taken by the connection's writer
+  (the step right before `send_text`) minus the moment the executor yielded that
+  response's first chunk;
+- `stop_ms`: the turn committed and its response requested by the session, minus
+  the arrival of the append that completed the silence window (when the reader
+  parsed its frame).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+
+from engine.observer import Observer, ResponseStatus
 
 MAX_SAMPLES = 200_000  # per list, between resets (the runs are short)
 LAG_PERIOD_S = 0.010
@@ -84,83 +86,44 @@ def add_stats_route(app: FastAPI, probes: Probes) -> None:
         return probes.take(bool(reset))
 
 
-def instrument_parley(probes: Probes) -> None:
-    """Wrap the executor, the outbox and the session's append path (class attributes,
-    this process only) to timestamp `delta_ms` and `stop_ms`."""
-    from engine import protocol
-    from engine.emitter import Outbox, OutEvent
-    from engine.session import Session
-    from engine.turns import SpeechStopped, TurnEvent
-    from models.base import OutputChunk, Prompt
-    from models.scripted import ScriptedExecutor
-    from server import realtime
+class ProbeObserver(Observer):
+    """Two latency samples from the engine's own reports (engine/observer.py)."""
 
-    first_chunk: dict[str, float] = {}  # response id -> executor's first chunk
-    seen_items: set[str] = set()
-    generate = ScriptedExecutor.generate
+    def __init__(self, probes: Probes) -> None:
+        self.probes = probes
+        self._first_chunk: dict[str, float] = {}  # response id -> its model's first chunk
+        self._response_of: dict[str, str] = {}  # assistant item id -> its response id
 
-    async def timed_generate(
-        self: ScriptedExecutor, prompt: Prompt
-    ) -> AsyncGenerator[OutputChunk, None]:
-        first = True
-        async with contextlib.aclosing(generate(self, prompt)) as inner:
-            async for chunk in inner:
-                if first:
-                    first_chunk[prompt.request_id] = time.monotonic()
-                    first = False
-                yield chunk
+    def response_created(self, session_id: str, response_id: str, item_id: str) -> None:
+        self._response_of[item_id] = response_id
 
-    get = Outbox.get
+    def first_model_chunk(self, session_id: str, response_id: str) -> None:
+        self._first_chunk[response_id] = time.monotonic()
 
-    async def timed_get(self: Outbox) -> OutEvent | None:
-        event = await get(self)
-        if (
-            event is not None
-            and event.type == "response.output_audio.delta"
-            and event.item_id is not None
-            and event.item_id not in seen_items
-        ):
-            now = time.monotonic()
-            seen_items.add(event.item_id)
-            t0 = first_chunk.pop(json.loads(event.text)["response_id"], None)
-            if t0 is not None:
-                probes.add("delta_ms", (now - t0) * 1000)
-        return event
-
-    parse = protocol.parse_client_event  # the reader's, imported by name in server/realtime.py
-
-    def timed_parse(text: str | bytes, max_bytes: int) -> protocol.ClientEvent:
+    def first_audio_sent(self, session_id: str, item_id: str) -> None:
         now = time.monotonic()
-        event = parse(text, max_bytes)
-        if isinstance(event, protocol.InputAudioBufferAppend):
-            object.__setattr__(event, "_bench_arrival", now)  # outside pydantic's fields
-        return event
+        t0 = self._first_chunk.pop(self._response_of.pop(item_id, ""), None)
+        if t0 is not None:
+            self.probes.add("delta_ms", (now - t0) * 1000)
 
-    on_append = Session._on_append
-    on_turn_event = Session._on_turn_event
+    def response_done(self, session_id: str, response_id: str, status: ResponseStatus) -> None:
+        # A response whose audio never reached the wire leaves nothing behind.
+        self._first_chunk.pop(response_id, None)
+        for item_id in [i for i, r in self._response_of.items() if r == response_id]:
+            del self._response_of[item_id]
 
-    async def timed_on_append(self: Session, event: protocol.InputAudioBufferAppend) -> None:
-        self._bench_arrival = event.__dict__.get("_bench_arrival")  # type: ignore[attr-defined]
-        await on_append(self, event)
-
-    async def timed_on_turn_event(self: Session, event: TurnEvent) -> None:
-        await on_turn_event(self, event)
-        arrival = getattr(self, "_bench_arrival", None)
-        if isinstance(event, SpeechStopped) and arrival is not None:
-            probes.add("stop_ms", (time.monotonic() - arrival) * 1000)
-
-    ScriptedExecutor.generate = timed_generate  # type: ignore[method-assign]
-    Outbox.get = timed_get  # type: ignore[method-assign]
-    realtime.__dict__["parse_client_event"] = timed_parse
-    Session._on_append = timed_on_append  # type: ignore[method-assign]
-    Session._on_turn_event = timed_on_turn_event  # type: ignore[method-assign]
+    def speech_stopped(
+        self, session_id: str, item_id: str, audio_end_ms: int, frame_received: float | None
+    ) -> None:
+        if frame_received is not None:
+            self.probes.add("stop_ms", (time.monotonic() - frame_received) * 1000)
 
 
 def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
-    from server.cli import uvicorn_config
+    from server.app import create_app
+    from server.cli import uvicorn_options
     from server.config import Settings
 
-    instrument_parley(probes)
     settings = Settings(
         host="127.0.0.1",
         port=args.port,
@@ -170,10 +133,10 @@ def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
         vad_backend=args.vad_backend,
         log_level="warning",
     )
-    config = uvicorn_config(settings)
-    assert isinstance(config.app, FastAPI)
-    add_stats_route(config.app, probes)
-    return config
+    app = create_app(settings, observer=ProbeObserver(probes))
+    add_stats_route(app, probes)
+    # The options `parley serve` runs with (server/cli.py's uvicorn_config).
+    return uvicorn.Config(app, **uvicorn_options(settings))
 
 
 def floor_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:

@@ -83,6 +83,8 @@ class Outbox:
         self.current_epoch: Callable[[str], int] = lambda lane: 0
         # Audio samples per item that reached the writer (the sent ledger).
         self.sent_samples: dict[str, int] = {}
+        # Told the id of an item whose first audio is taken for the wire.
+        self.on_first_audio: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -135,9 +137,10 @@ class Outbox:
             if self._is_stale(event):
                 continue
             if event.item_id is not None:
-                self.sent_samples[event.item_id] = (
-                    self.sent_samples.get(event.item_id, 0) + event.samples
-                )
+                sent = self.sent_samples.get(event.item_id)
+                if sent is None and self.on_first_audio is not None:
+                    self.on_first_audio(event.item_id)
+                self.sent_samples[event.item_id] = (sent or 0) + event.samples
             return event
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ from engine.gates import (
     decide_response_request,
 )
 from engine.limits import EngineLimits
+from engine.observer import Observer, ResponseStatus
 from engine.prepare_chain import PrepareChain
 from engine.response import (
     CONVERSATION,
@@ -83,6 +84,7 @@ class Responder:
         session_id: str,
         post: Callable[[ResponseFinished], None],
         on_ended: Callable[[ResponseEnded], None],
+        observer: Observer | None = None,
     ) -> None:
         self._executor = executor
         self._config = config  # the session's current configuration
@@ -95,6 +97,7 @@ class Responder:
         self._session_id = session_id
         self._post = post  # into the session's mailbox
         self._on_ended = on_ended
+        self._observer = observer
         self.epoch = 0
         self.active: ActiveResponse | None = None
         # A server_vad turn committed during a response waits here for it to end.
@@ -150,6 +153,9 @@ class Responder:
             # The user talks again: a deferred answer to an earlier turn is moot.
             self.deferred = None
         if action is BargeIn.CANCEL_ACTIVE:
+            assert self.active is not None
+            if self._observer is not None:
+                self._observer.barge_in(self._session_id, self.active.id)
             await self.cancel_active("turn_detected")
 
     def finished(self, message: ResponseFinished) -> None:
@@ -253,6 +259,8 @@ class Responder:
             self._conversation.append(message)
             self.active = resp
         self._emit.control(ResponseCreatedEvent, response=self._wire(resp, "in_progress"))
+        if self._observer is not None:
+            self._observer.response_created(self._session_id, resp.id, resp.item_id)
         if not request.out_of_band:
             # One response at a time per conversation: that is Parley's rate limit.
             self._emit.control(
@@ -270,9 +278,16 @@ class Responder:
         def prompt() -> Prompt:  # built when the gate opens, from the conversation then
             return prompt_for(resp, self._conversation.items, self._config(), self._session_id)
 
+        observer = self._observer
+        first_chunk = None
+        if observer is not None:
+
+            def first_chunk() -> None:
+                observer.first_model_chunk(self._session_id, resp.id)
+
         error: BaseException | None = None
         try:
-            await resp.stream.run(self._executor, prompt)
+            await resp.stream.run(self._executor, prompt, first_chunk)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -320,7 +335,9 @@ class Responder:
         except Exception:
             log.exception("session %s: abort of %s failed", self._session_id, resp.id)
 
-    def _finalize(self, resp: ActiveResponse, status: str, details: dict[str, Any] | None) -> None:
+    def _finalize(
+        self, resp: ActiveResponse, status: ResponseStatus, details: dict[str, Any] | None
+    ) -> None:
         """End a response: settle its items to what the client received, then emit
         the closing events and the one `response.done`."""
         resp.finalized = True
@@ -349,3 +366,5 @@ class Responder:
         by_id[item.id] = item
         output = [by_id[i].wire() for i in stream.outputs]
         self._emit.control(ResponseDoneEvent, response=self._wire(resp, status, details, output))
+        if self._observer is not None:
+            self._observer.response_done(self._session_id, resp.id, status)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from engine import protocol
 from engine.conversation import Conversation, Item
 from engine.items import item_from_wire, prompt_item
+from engine.observer import ResponseStatus
 from engine.response_stream import ResponseStream
 from engine.session_config import (
     Modality,
@@ -187,7 +188,7 @@ def prompt_for(
     )
 
 
-Ending = tuple[str, dict[str, Any] | None]  # status and status_details of response.done
+Ending = tuple[ResponseStatus, dict[str, Any] | None]  # status and status_details of response.done
 
 
 def ending_of(error: BaseException | None, finish: Literal["length"] | None) -> Ending:

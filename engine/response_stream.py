@@ -128,9 +128,15 @@ class ResponseStream:
         """A cancel moved this response's lane on: it owns the ending now."""
         return self.epoch != self._current_epoch(self.lane)
 
-    async def run(self, executor: Executor, prompt: Callable[[], Prompt]) -> None:
+    async def run(
+        self,
+        executor: Executor,
+        prompt: Callable[[], Prompt],
+        on_first_chunk: Callable[[], None] | None = None,
+    ) -> None:
         """Stream the model's answer to the outbox; returns early once fenced.
-        `prompt` is built only after the gate opened, from the conversation then."""
+        `prompt` is built only after the gate opened, from the conversation then;
+        `on_first_chunk` is called when the model's first chunk arrives."""
         if self._gate is not None:
             await self._gate.wait()
         if self.fenced():
@@ -141,6 +147,9 @@ class ResponseStream:
             async for chunk in chunks:
                 if self.fenced():
                     return
+                if on_first_chunk is not None:
+                    on_first_chunk()
+                    on_first_chunk = None
                 await self._emit_chunk(chunk)
         if self.message_open and self.audio_out and not self.fenced():
             tail = self.encoder.flush()  # the encoder's last held-back samples

@@ -47,6 +47,7 @@ from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
 from engine.input_buffer import InputBuffer
 from engine.items import item_from_wire
 from engine.limits import EngineLimits
+from engine.observer import Observer
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
 from engine.response import ResponseFinished, ResponseRequest, request_from_create
@@ -112,6 +113,7 @@ class Session:
         model: str,
         limits: EngineLimits | None = None,
         preset: protocol.SessionIn | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
         self.executor = executor
@@ -121,7 +123,11 @@ class Session:
         # key's session); validated when it was made, so it applies cleanly here.
         config = SessionConfig(model=model)
         self.config = apply_update(config, preset, audio_started=False) if preset else config
+        self.observer = observer  # None: nothing is reported, at no cost
         self.outbox = Outbox(self.limits.outbox_limit, self.limits.outbox_reserve)
+        if observer is not None:
+            session_id = self.session_id
+            self.outbox.on_first_audio = lambda item: observer.first_audio_sent(session_id, item)
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
         self.buffer = InputBuffer(PCM_RATE)
@@ -143,6 +149,7 @@ class Session:
             session_id=self.session_id,
             post=self._post,
             on_ended=self._on_response_ended,
+            observer=observer,
         )
         self.outbox.current_epoch = self.responder.lane_epoch
         # server_vad idle_timeout_ms: input-clock time after which silence triggers
@@ -189,6 +196,8 @@ class Session:
             ConversationCreatedEvent,
             conversation={"id": self.conversation.id, "object": "realtime.conversation"},
         )
+        if self.observer is not None:
+            self.observer.session_opened(self.session_id)
         try:
             while True:
                 message = await self._mailbox.get()
@@ -273,6 +282,8 @@ class Session:
                 "event_id": exc.event_id,
             },
         )
+        if self.observer is not None:
+            self.observer.error_sent(self.session_id, exc.code)
 
     # --- input audio ------------------------------------------------------------------
 
@@ -309,7 +320,7 @@ class Session:
             return
         frames = await self.vad.score(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         for turn_event in detector.feed(frames):
-            await self._on_turn_event(turn_event)
+            await self._on_turn_event(turn_event, event.received_at)
         if not detector.in_speech:
             self._check_idle_timeout()
             # Idle: keep only what a future turn's prefix padding can reach.
@@ -321,9 +332,11 @@ class Session:
             # A turn longer than the buffer holds (noise the VAD calls speech): end it.
             stop = detector.force_stop(self.buffer.pos_to_ms(self.buffer.end))
             if stop is not None:
-                await self._on_turn_event(stop)
+                await self._on_turn_event(stop, event.received_at)
 
-    async def _on_turn_event(self, event: TurnEvent) -> None:
+    async def _on_turn_event(self, event: TurnEvent, frame_received: float | None) -> None:
+        """A turn detection event found while handling an append whose frame reached
+        the server at `frame_received` (stamped only for an observer)."""
         params = self.config.turn_detection
         assert params is not None
         if isinstance(event, SpeechStarted):
@@ -337,6 +350,8 @@ class Session:
                 audio_start_ms=event.audio_start_ms,
                 item_id=item_id,
             )
+            if self.observer is not None:
+                self.observer.speech_started(self.session_id, item_id, event.audio_start_ms)
             await self.responder.barge_in(params.interrupt_response)
         elif isinstance(event, SpeechStopped):
             item_id, start = self._speech or (self.ids.new("item"), self.buffer.start)
@@ -347,6 +362,10 @@ class Session:
             self._commit(item_id, start, self.buffer.ms_to_pos(event.audio_end_ms))
             if params.create_response:
                 self.responder.request(ResponseRequest(from_client=False))
+            if self.observer is not None:
+                self.observer.speech_stopped(
+                    self.session_id, item_id, event.audio_end_ms, frame_received
+                )
 
     def _check_idle_timeout(self) -> None:
         """server_vad `idle_timeout_ms`: silence for that long after an answer has
@@ -397,6 +416,8 @@ class Session:
         self.emit.control(
             InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous
         )
+        if self.observer is not None:
+            self.observer.committed(self.session_id, item_id)
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
         prompt_item = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
@@ -602,3 +623,5 @@ class Session:
             task.cancel()
         await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()
+        if self.observer is not None:
+            self.observer.session_closed(self.session_id)

@@ -15,6 +15,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from engine.observer import Observer
 from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
 from engine.vad_batch import VadBatcher
 from models.base import Executor
@@ -105,7 +106,12 @@ def make_vad_backend(settings: Settings) -> VadBackend:
     return WebRtcVadBackend()
 
 
-def create_app(settings: Settings | None = None, executor: Executor | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    executor: Executor | None = None,
+    observer: Observer | None = None,
+) -> FastAPI:
+    """The app; `observer` is told what every session does (engine/observer.py)."""
     settings = settings or Settings()
     owned = executor is None  # an executor passed in belongs to the caller
     model_executor = executor or make_executor(settings)
@@ -127,7 +133,7 @@ def create_app(settings: Settings | None = None, executor: Executor | None = Non
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
     keys = KeyStore(settings.api_keys)
-    endpoint = RealtimeEndpoint(settings, model_executor, vad, keys)
+    endpoint = RealtimeEndpoint(settings, model_executor, vad, keys, observer)
     app.state.keys = keys
     app.state.endpoint = endpoint
     started = int(time.time())

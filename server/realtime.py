@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import time
 
 from fastapi import WebSocket
 from fastapi.responses import JSONResponse
@@ -16,8 +18,11 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from engine.emitter import OutboxOverflow
 from engine.limits import EngineLimits
+from engine.observer import Observer
 from engine.protocol import (
     BETA_HEADER,
+    ClientEvent,
+    InputAudioBufferAppend,
     ProtocolError,
     parse_client_event,
     to_beta_text,
@@ -38,9 +43,15 @@ SUBPROTOCOL = "realtime"
 
 class RealtimeEndpoint:
     def __init__(
-        self, settings: Settings, executor: Executor, vad: VadBackend, keys: KeyStore
+        self,
+        settings: Settings,
+        executor: Executor,
+        vad: VadBackend,
+        keys: KeyStore,
+        observer: Observer | None = None,
     ) -> None:
         self.settings = settings
+        self.observer = observer
         self.executor = executor
         self.vad = vad
         self.keys = keys
@@ -80,6 +91,7 @@ class RealtimeEndpoint:
                 model=ephemeral.model if ephemeral else model or self.settings.model,
                 limits=EngineLimits(max_buffer_ms=self.settings.max_buffer_ms),
                 preset=ephemeral.preset if ephemeral else None,
+                observer=self.observer,
             )
             close_code = await self._run(ws, session, beta)
         finally:
@@ -132,7 +144,18 @@ class RealtimeEndpoint:
                 except ProtocolError as exc:
                     await session.submit(exc)
                     continue
+                if self.observer is not None:
+                    event = self._observe(session, event)
                 await session.submit(event)
+
+    def _observe(self, session: Session, event: ClientEvent) -> ClientEvent:
+        """Report a parsed frame; an append is stamped with its arrival, which the
+        session hands on with the turn it ends (engine/observer.py)."""
+        assert self.observer is not None
+        self.observer.frame_parsed(session.session_id, event.type)
+        if isinstance(event, InputAudioBufferAppend):
+            return dataclasses.replace(event, received_at=time.monotonic())
+        return event
 
     async def _write(self, ws: WebSocket, session: Session, beta: bool) -> None:
         while True:

@@ -161,6 +161,9 @@ class InputAudioBufferAppend:
     pcm: bytes
     event_id: str | None = None
     type: Literal["input_audio_buffer.append"] = "input_audio_buffer.append"
+    # time.monotonic() when the transport read the frame; stamped only for an
+    # engine observer (engine/observer.py), so the hot path pays nothing otherwise.
+    received_at: float | None = None
 
 
 class InputAudioBufferCommit(ValidatedEvent):
