@@ -24,8 +24,9 @@ import webrtcvad
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
+from models.base import PCM_RATE
+
 FloorKind = Literal["echo", "vad"]
-IN_RATE = 24_000
 VAD_RATE = 16_000
 FRAME = VAD_RATE * 30 // 1000  # webrtcvad's 30 ms frame at 16 kHz
 ACK = '{"type":"ack"}'
@@ -35,7 +36,7 @@ class _Audio:
     """Per-session audio work of the `vad` floor: resample, frame, score."""
 
     def __init__(self) -> None:
-        self.resampler = soxr.ResampleStream(IN_RATE, VAD_RATE, 1, dtype="float32")
+        self.resampler = soxr.ResampleStream(PCM_RATE, VAD_RATE, 1, dtype="float32")
         self.vad = webrtcvad.Vad(2)
         self.pending = np.zeros(0, dtype=np.int16)
         self.speech_frames = 0

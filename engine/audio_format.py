@@ -27,14 +27,15 @@ import numpy as np
 import numpy.typing as npt
 import soxr
 
+from models.base import PCM_RATE
+
 Pcm16 = npt.NDArray[np.int16]
 Kind = Literal["pcm", "pcmu", "pcma"]
 
-ENGINE_RATE = 24_000  # what the engine works on, and the only rate audio/pcm allows
 G711_RATE = 8_000
 
 _WIRE_TYPES: dict[str, Kind] = {"audio/pcm": "pcm", "audio/pcmu": "pcmu", "audio/pcma": "pcma"}
-_RATES: dict[Kind, int] = {"pcm": ENGINE_RATE, "pcmu": G711_RATE, "pcma": G711_RATE}
+_RATES: dict[Kind, int] = {"pcm": PCM_RATE, "pcmu": G711_RATE, "pcma": G711_RATE}
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class AudioFormat:
         return nbytes / self.bytes_per_sample * 1000 / self.rate
 
 
-PCM24 = AudioFormat("pcm", ENGINE_RATE)
+PCM24 = AudioFormat("pcm", PCM_RATE)
 PCMU = AudioFormat("pcmu", G711_RATE)
 PCMA = AudioFormat("pcma", G711_RATE)
 
@@ -190,7 +191,7 @@ class InputDecoder:
 
     def __init__(self, fmt: AudioFormat) -> None:
         self.fmt = fmt
-        self._resampler = _new_resampler(fmt.rate, ENGINE_RATE)
+        self._resampler = _new_resampler(fmt.rate, PCM_RATE)
 
     def decode(self, data: bytes) -> Pcm16:
         if self.fmt.kind == "pcm":
@@ -226,7 +227,7 @@ class OutputEncoder:
     response is cancelled so none of it leaks into the next one.
     """
 
-    def __init__(self, fmt: AudioFormat, source_rate: int = ENGINE_RATE) -> None:
+    def __init__(self, fmt: AudioFormat, source_rate: int = PCM_RATE) -> None:
         self.fmt = fmt
         self.source_rate = source_rate
         self._resampler = _new_resampler(source_rate, fmt.rate)

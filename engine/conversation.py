@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from models.base import PCM_RATE
+
 Role = Literal["user", "assistant", "system"]
 Status = Literal["in_progress", "completed", "incomplete"]
 
@@ -51,7 +53,7 @@ class Item:
     role: Role
     status: Status = "completed"
     audio: np.ndarray | None = None  # int16 mono
-    rate: int = 24_000
+    rate: int = PCM_RATE
     transcript: str = ""
     text: str | None = None  # typed text (user, system) or a text-only answer
     marks: list[TranscriptMark] = field(default_factory=list)

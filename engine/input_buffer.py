@@ -11,13 +11,15 @@ from collections import deque
 
 import numpy as np
 
+from models.base import PCM_RATE
+
 
 class InputBuffer:
     """Kept as the appended chunks themselves: an append and the idle trim that
     follows it (every 20 ms of a live microphone) touch no samples; only `take`
     copies, and only the span it returns."""
 
-    def __init__(self, rate: int = 24_000) -> None:
+    def __init__(self, rate: int = PCM_RATE) -> None:
         self.rate = rate
         self._chunks: deque[np.ndarray] = deque()
         self._skip = 0  # samples of the first chunk that lie before `start`

@@ -11,7 +11,7 @@ import numpy as np
 
 from engine.conversation import Item
 from engine.protocol import ItemIn, ProtocolError
-from models.base import PromptItem
+from models.base import PCM_RATE, PromptItem
 
 
 def item_from_wire(
@@ -20,7 +20,7 @@ def item_from_wire(
     *,
     param: str = "item",
     event_id: str | None = None,
-    rate: int = 24_000,
+    rate: int = PCM_RATE,
 ) -> Item:
     """A conversation item from the client's description of one.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.session_config import PCM_RATE
+from models.base import PCM_RATE
 
 
 @dataclass(frozen=True)

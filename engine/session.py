@@ -52,14 +52,13 @@ from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
 from engine.response import ResponseFinished, ResponseRequest, request_from_create
 from engine.session_config import (
-    PCM_RATE,
     SessionConfig,
     apply_update,
     to_wire,
 )
 from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
-from models.base import Executor, PromptItem
+from models.base import PCM_RATE, Executor, PromptItem
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from engine.turns import ServerVadParams
 from models.base import Tool
 
 Modality = Literal["text", "audio"]
-PCM_RATE = 24_000
 DEFAULT_VAD = ServerVadParams()
 
 

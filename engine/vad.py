@@ -21,6 +21,8 @@ import onnxruntime  # type: ignore[import-untyped]
 import soxr
 import webrtcvad
 
+from models.base import PCM_RATE
+
 VAD_RATE = 16000
 _SAMPLES_PER_MS = VAD_RATE // 1000
 
@@ -232,7 +234,7 @@ class VadStream:
     to fill. Scores do not depend on how the input is chunked.
     """
 
-    def __init__(self, backend: VadBackend, input_rate: int = 24000) -> None:
+    def __init__(self, backend: VadBackend, input_rate: int = PCM_RATE) -> None:
         self.backend = backend
         self._off_loop = backend if isinstance(backend, OffLoopScorer) else None
         self.input_rate = input_rate

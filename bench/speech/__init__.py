@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+# The rate of the files (the protocol's audio/pcm), exported for their readers.
+from models.base import PCM_RATE as PCM_RATE
+
 SPEECH_DIR = Path(__file__).parent
-PCM_RATE = 24_000  # the rate of the files: the protocol's audio/pcm
 FIXTURES = ["weather", "joke", "timer", "lights"]  # every utterance, in the benchmarks' order
 
 
