@@ -8,8 +8,9 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
@@ -32,6 +33,9 @@ from server.auth import (
 from server.config import Settings
 from server.realtime import RealtimeEndpoint
 
+if TYPE_CHECKING:
+    from models.speech.voice import VoiceOptions
+
 log = logging.getLogger(__name__)
 
 # The browser client (docs/browser.md): plain ES modules and AudioWorklets, no build.
@@ -44,14 +48,10 @@ def make_executor(settings: Settings) -> Executor:
     if settings.executor == "cascade":
         from models.cascade.build import CascadeOptions, build_cascade  # loads models
 
+        voice = asdict(voice_options(settings))
         return build_cascade(
             CascadeOptions(
-                asr_model=settings.asr_model,
-                llm_model=settings.llm_model,
-                tts_engine=settings.tts_engine,
-                tts_voice=settings.tts_voice,
-                concurrency=settings.model_concurrency,
-                max_output_tokens=settings.max_output_tokens,
+                **voice, llm_model=settings.llm_model, max_output_tokens=settings.max_output_tokens
             )
         )
     if settings.executor in ("vllm", "openai_compat"):
@@ -61,20 +61,26 @@ def make_executor(settings: Settings) -> Executor:
     )
 
 
-def make_hosted_executor(settings: Settings) -> Executor:
-    """The language model in vLLM (in this process, or a server's), speech by Parley's
-    own stages. vLLM itself is imported only when the engine starts (lifespan)."""
-    from models.hosted import build_openai_compat, build_vllm
-    from models.openai_compat import BackendOptions
+def voice_options(settings: Settings) -> VoiceOptions:
+    """The speech stages every executor but the scripted one uses."""
     from models.speech.voice import VoiceOptions
-    from models.vllm_engine import VllmOptions
 
-    voice = VoiceOptions(
+    return VoiceOptions(
         asr_model=settings.asr_model,
         tts_engine=settings.tts_engine,
         tts_voice=settings.tts_voice,
         concurrency=settings.model_concurrency,
     )
+
+
+def make_hosted_executor(settings: Settings) -> Executor:
+    """The language model in vLLM (in this process, or a server's), speech by Parley's
+    own stages. vLLM itself is imported only when the engine starts (lifespan)."""
+    from models.hosted import build_openai_compat, build_vllm
+    from models.openai_compat import BackendOptions
+    from models.vllm_engine import VllmOptions
+
+    voice = voice_options(settings)
     if settings.executor == "vllm":
         style = None if settings.prompt_style == "auto" else settings.prompt_style
         options = VllmOptions(
