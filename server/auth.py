@@ -225,7 +225,11 @@ def parse_client_secret_request(body: bytes) -> ClientSecretRequest:
     if request.session is None:
         return request
     # The preset in GA shape, as a session.update's session is.
-    return request.model_copy(update={"session": normalize_session(request.session)})
+    try:
+        session = normalize_session(request.session)
+    except ProtocolError as exc:
+        raise _bad_request(exc) from None
+    return request.model_copy(update={"session": session})
 
 
 def create_client_secret(

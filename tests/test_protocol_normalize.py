@@ -165,8 +165,11 @@ def test_beta_formats() -> None:
 def test_beta_refusals(name: str) -> None:
     with pytest.raises(ProtocolError) as info:
         session({"input_audio_format": name})
-    assert (info.value.code, info.value.param) == ("invalid_value", "session.input_audio_format")
-    assert "'pcm16', 'g711_ulaw' or 'g711_alaw'" in info.value.message
+    assert (info.value.code, info.value.param) == (
+        "unsupported_audio_format",
+        "session.input_audio_format",
+    )
+    assert "supported: pcm16, g711_ulaw, g711_alaw" in info.value.message
 
 
 def test_beta_response_becomes_the_ga_one() -> None:
@@ -219,3 +222,19 @@ def test_only_assistant_content_is_renamed() -> None:
 def test_normalize_is_idempotent() -> None:
     for event in (session(BETA_SESSION), session(GA_SESSION)):
         assert normalize(event) is event
+
+
+def test_a_beta_format_is_refused_with_its_event_id_unless_the_ga_one_is_sent() -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse({"type": "session.update", "event_id": "e1", "session": {"output_audio_format": "x"}})
+    assert (info.value.code, info.value.param, info.value.event_id) == (
+        "unsupported_audio_format",
+        "session.output_audio_format",
+        "e1",
+    )
+    ga_wins = session(
+        {"output_audio_format": "x", "audio": {"output": {"format": {"type": "audio/pcmu"}}}}
+    )
+    assert ga_wins.session.audio is not None and ga_wins.session.audio.output is not None
+    fmt = ga_wins.session.audio.output.format
+    assert fmt is not None and fmt.type == "audio/pcmu"

@@ -71,9 +71,6 @@ class AudioIn(_Loose):
     output: AudioOutputIn | None = None
 
 
-BetaAudioFormat = Literal["pcm16", "g711_ulaw", "g711_alaw"]
-
-
 class ToolIn(_Loose):
     type: Literal["function"] = "function"
     name: str
@@ -128,8 +125,10 @@ class SessionIn(_Loose):
     # Beta (flat) spellings.
     modalities: list[Literal["text", "audio"]] | None = None
     voice: str | None = None
-    input_audio_format: BetaAudioFormat | None = None
-    output_audio_format: BetaAudioFormat | None = None
+    # Checked when normalized (unsupported_audio_format), and only when the GA
+    # nested format is not sent: GA's wins.
+    input_audio_format: str | None = None
+    output_audio_format: str | None = None
     turn_detection: TurnDetectionIn | None = None
     input_audio_transcription: TranscriptionIn | None = None
     tools: list[ToolIn] | None = None

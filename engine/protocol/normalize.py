@@ -10,18 +10,21 @@ Every client may use them (the beta SDK does; so do clients written against it):
 - assistant content `text`/`audio`: GA's `output_text`/`output_audio`.
 
 `normalize` is pure and runs after validation, so a bad beta field is still refused
-under the name the client sent (`session.input_audio_format`...). An event without
+under the name the client sent (`session.input_audio_format`...): a beta audio format
+Parley does not know is refused here, `unsupported_audio_format`. An event without
 beta spellings comes back as it was.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
 from engine.protocol.beta import ASSISTANT_CONTENT, FORMATS
+from engine.protocol.errors import ProtocolError
 from engine.protocol.events import (
     AudioFormatIn,
     AudioIn,
@@ -56,7 +59,10 @@ def normalize(event: ClientEvent) -> ClientEvent:
     """The GA form of a client event."""
     match event:
         case SessionUpdate():
-            session = normalize_session(event.session)
+            try:
+                session = normalize_session(event.session)
+            except ProtocolError as exc:
+                raise dataclasses.replace(exc, event_id=event.event_id) from None
             return event if session is event.session else _rebuilt(event, {"session": session})
         case ResponseCreate(response=ResponseIn() as response):
             ga = _response(response)
@@ -103,6 +109,12 @@ def normalize_session(session: SessionIn) -> SessionIn:
     ):
         name = getattr(session, f"{side}_audio_format")
         if name is not None and (nested is None or nested.format is None):
+            if name not in _GA_FORMATS:
+                raise ProtocolError(
+                    "unsupported_audio_format",
+                    f"unsupported audio format {name!r} (supported: {', '.join(_GA_FORMATS)})",
+                    f"session.{side}_audio_format",
+                )
             side_changes["format"] = AudioFormatIn(type=_GA_FORMATS[name])
             moved[f"audio.{side}.format"] = f"{side}_audio_format"
     # GA's voice wins unless it is empty; an empty one alone is no voice.
