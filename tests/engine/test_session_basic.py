@@ -97,16 +97,8 @@ async def test_cancel_by_id_and_disconnect_abort_the_model() -> None:
 
 async def test_input_transcription_events_when_asked_for() -> None:
     async with Harness() as h:
-        await h.send(
-            {
-                "type": "session.update",
-                "session": {
-                    "type": "realtime",
-                    "audio": {
-                        "input": {"turn_detection": None, "transcription": {"model": "whisper-1"}}
-                    },
-                },
-            }
+        await h.update_audio(
+            input={"turn_detection": None, "transcription": {"model": "whisper-1"}}
         )
         await h.append(load_wav("joke"))
         await h.send({"type": "input_audio_buffer.commit"})

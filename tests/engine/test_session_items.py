@@ -11,6 +11,7 @@ import numpy as np
 
 from bench.speech import load_wav, silence
 from models.scripted import ScriptedExecutor
+from tests.support.audio import append_chunked
 from tests.support.harness import Harness
 
 MANUAL = {
@@ -301,20 +302,11 @@ async def test_output_audio_buffer_clear_stops_the_answer() -> None:
 
 async def test_idle_timeout_prompts_after_silence() -> None:
     async with Harness() as h:
-        await h.send(
-            {
-                "type": "session.update",
-                "session": {
-                    "type": "realtime",
-                    "audio": {
-                        "input": {"turn_detection": {"type": "server_vad", "idle_timeout_ms": 2000}}
-                    },
-                },
-            }
+        await h.update_audio(
+            input={"turn_detection": {"type": "server_vad", "idle_timeout_ms": 2000}}
         )
         pcm = np.concatenate([silence(300), load_wav("weather"), silence(900)])
-        for i in range(0, len(pcm), 2400):
-            await h.append(pcm[i : i + 2400])
+        await append_chunked(h, pcm, 2400)
         await h.settle()
         assert len(h.responses_done()) == 1
         answer_ms = h.session.conversation.items[-1].audio_ms
@@ -339,17 +331,9 @@ async def test_g711_in_and_out_with_real_speech() -> None:
     from engine.audio_format import PCMA, PCMU, InputDecoder, OutputEncoder, alaw_decode
 
     async with Harness() as h:
-        await h.send(
-            {
-                "type": "session.update",
-                "session": {
-                    "type": "realtime",
-                    "audio": {
-                        "input": {"format": {"type": "audio/pcmu"}},
-                        "output": {"format": {"type": "audio/pcma"}},
-                    },
-                },
-            }
+        await h.update_audio(
+            input={"format": {"type": "audio/pcmu"}},
+            output={"format": {"type": "audio/pcma"}},
         )
         speech = np.concatenate([silence(600), load_wav("weather"), silence(1000)])
         ulaw = OutputEncoder(PCMU)

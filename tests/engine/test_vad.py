@@ -27,6 +27,7 @@ from engine.vad import (
 from engine.vad_batch import VadBatcher
 from server.app import create_app
 from server.config import Settings
+from tests.support.audio import split
 
 FIXTURES = ["weather", "joke", "timer", "lights"]
 # soxr HQ 24k -> 16k holds back 6-37 ms of output depending on block phase;
@@ -46,16 +47,6 @@ def silero() -> SileroOnnxBackend:
 
 # Fresh per-session state for every stream, whichever backend object is used.
 BACKENDS: dict[str, Callable[[], VadBackend]] = {"webrtc": WebRtcVadBackend, "silero": silero}
-
-
-def chunked(pcm: npt.NDArray[np.int16], sizes: list[int]) -> list[npt.NDArray[np.int16]]:
-    """Split pcm into pieces of the given sizes (cycled), covering all of it."""
-    pieces, i, k = [], 0, 0
-    while i < len(pcm):
-        n = sizes[k % len(sizes)]
-        pieces.append(pcm[i : i + n])
-        i, k = i + n, k + 1
-    return pieces
 
 
 def run(stream: VadStream, pieces: list[npt.NDArray[np.int16]]) -> list[FrameScore]:
@@ -79,7 +70,7 @@ def test_chunking_does_not_change_scores(backend: str, sizes: list[int], rate: i
     make = BACKENDS[backend]
     pcm = at_rate(CLIP, rate)
     whole = VadStream(make(), input_rate=rate).process(pcm)
-    pieces = run(VadStream(make(), input_rate=rate), chunked(pcm, sizes))
+    pieces = run(VadStream(make(), input_rate=rate), split(pcm, sizes))
     assert pieces == whole
     scores = [s.score for s in whole]
     assert min(scores) < 0.05 and max(scores) > 0.95  # the clip really has both
@@ -94,7 +85,7 @@ def test_frame_count_follows_input_minus_resampler_lag(
     vad = BACKENDS[backend]()
     step = vad.frame_ms
     pcm = np.tile(CLIP, 3)[: n_ms * 24]
-    frames = run(VadStream(vad), chunked(pcm, [chunk_ms * 24]))
+    frames = run(VadStream(vad), split(pcm, [chunk_ms * 24]))
     expected = max(n_ms - RESAMPLER_LAG_MS, 0) // step
     assert abs(len(frames) - expected) <= 1
     assert [(f.start_ms, f.end_ms) for f in frames] == [
@@ -190,7 +181,7 @@ def test_silero_sessions_sharing_a_backend_keep_their_own_state() -> None:
     got_a: list[FrameScore] = []
     got_b: list[FrameScore] = []
     # 100 ms turns each: every frame of one stream follows frames of the other.
-    a_pieces, b_pieces = chunked(a_pcm, [2400]), chunked(b_pcm, [2400])
+    a_pieces, b_pieces = split(a_pcm, [2400]), split(b_pcm, [2400])
     for i in range(max(len(a_pieces), len(b_pieces))):
         got_a += a.process(a_pieces[i]) if i < len(a_pieces) else []
         got_b += b.process(b_pieces[i]) if i < len(b_pieces) else []

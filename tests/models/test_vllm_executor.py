@@ -9,6 +9,7 @@ import importlib.util
 import json
 import sys
 import threading
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +85,21 @@ async def test_speaks_each_sentence_while_the_model_still_writes() -> None:
     assert all(c.audio is not None for c in rest)
 
 
-async def test_abort_mid_stream_calls_engine_abort_and_stops() -> None:
-    engine = FakeAsyncLLM()
+async def held_stream(
+    engine: FakeAsyncLLM,
+) -> tuple[VllmExecutor, AsyncGenerator[OutputChunk, None]]:
+    """A started executor's text-only stream, the engine held after its first token."""
     engine.hold()
     ex, _ = make(engine)
     await ex.start()
     stream = ex.generate(prompt(audio=False))
     await engine.release(1)
+    return ex, stream
+
+
+async def test_abort_mid_stream_calls_engine_abort_and_stops() -> None:
+    engine = FakeAsyncLLM()
+    ex, stream = await held_stream(engine)
     assert (await anext(stream)).text == "I"
     assert ex.running == 1
     await ex.abort("resp_1")
@@ -102,11 +111,7 @@ async def test_abort_mid_stream_calls_engine_abort_and_stops() -> None:
 
 async def test_a_stream_closed_early_is_aborted_in_the_engine() -> None:
     engine = FakeAsyncLLM()
-    engine.hold()
-    ex, _ = make(engine)
-    await ex.start()
-    stream = ex.generate(prompt(audio=False))
-    await engine.release(1)
+    _, stream = await held_stream(engine)
     await anext(stream)
     await stream.aclose()  # the consumer went away without abort()
     assert engine.aborted == ["resp_1"] and engine.running == set()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,13 +12,9 @@ from pathlib import Path
 import httpx
 from websockets.sync.client import connect
 
+from tests.support.servers import free_port
+
 PARLEY = str(Path(sys.executable).with_name("parley"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def children(pid: int) -> list[int]:

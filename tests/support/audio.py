@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -12,11 +12,22 @@ from bench.speech import PCM_RATE, load_wav, silence
 from tests.support.harness import Harness
 
 CHUNK = 480  # 20 ms at 24 kHz
+Chunkable = TypeVar("Chunkable", npt.NDArray[np.int16], bytes)
 
 
 def utterance(name: str, lead_ms: int = 0) -> npt.NDArray[np.int16]:
     """A fixture after `lead_ms` of silence, then the second of silence that ends a turn."""
     return np.concatenate([silence(lead_ms), load_wav(name), silence(1000)]).astype(np.int16)
+
+
+def split(data: Chunkable, sizes: list[int]) -> list[Chunkable]:
+    """`data` cut into pieces of the given sizes (cycled), covering all of it."""
+    pieces, i, k = [], 0, 0
+    while i < len(data):
+        size = sizes[k % len(sizes)]
+        pieces.append(data[i : i + size])
+        i, k = i + size, k + 1
+    return pieces
 
 
 def b64_pcm(pcm: npt.NDArray[np.int16]) -> str:

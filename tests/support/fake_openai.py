@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from tests.support.servers import bound_socket, serving
+from tests.support.throttle import Throttled
 
 
 def reply_for(body: dict[str, Any]) -> str:
@@ -46,18 +47,15 @@ def reply_for(body: dict[str, Any]) -> str:
 
 
 @dataclass
-class FakeOpenAI:
+class FakeOpenAI(Throttled):
     port: int = 0
     behaviour: dict[str, str] = field(default_factory=dict)  # backend name → behaviour
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     model_lookups: list[str] = field(default_factory=list)
     closed: int = 0  # streams the client closed early
     finished: int = 0
-    held: bool = False
-    permits: int = 0
     never: asyncio.Event = field(default_factory=asyncio.Event)
     stream_closed: asyncio.Event = field(default_factory=asyncio.Event)  # `closed` went up
-    cond: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     def url(self, name: str, behaviour: str = "normal") -> str:
         self.behaviour.setdefault(name, behaviour)
@@ -65,25 +63,6 @@ class FakeOpenAI:
 
     def hits(self, name: str) -> int:
         return sum(1 for n, _ in self.requests if n == name)
-
-    def hold(self) -> None:
-        self.held = True
-
-    async def release(self, n: int = 1) -> None:
-        async with self.cond:
-            self.permits += n
-            self.cond.notify_all()
-
-    async def free(self) -> None:
-        async with self.cond:
-            self.held = False
-            self.cond.notify_all()
-
-    async def _chunk_permit(self) -> None:
-        async with self.cond:
-            await self.cond.wait_for(lambda: not self.held or self.permits > 0)
-            if self.held:
-                self.permits -= 1
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -115,7 +94,7 @@ class FakeOpenAI:
         ended = False
         try:
             for i, word in enumerate(words):
-                await self._chunk_permit()
+                await self.permit()
                 if behaviour == "dies" and i == 2:
                     raise ConnectionError("the fake backend dies mid-stream")
                 text = word if i == 0 else " " + word

@@ -12,13 +12,13 @@ them flow; `fail` makes the next `generate` raise, as a dead engine does.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from models.audio_prompt import PromptStyle
 from models.vllm_engine import EngineLike, InstalledVllm, VllmOptions
+from tests.support.throttle import Throttled
 
 
 @dataclass
@@ -57,7 +57,7 @@ def default_reply(prompt: dict[str, Any]) -> str:
 
 
 @dataclass
-class FakeAsyncLLM:
+class FakeAsyncLLM(Throttled):
     reply: Callable[[dict[str, Any]], str] = default_reply
     fail: str | None = None  # the next generate raises this, before any output
     requests: list[tuple[Any, SamplingParams, str]] = field(default_factory=list)
@@ -65,37 +65,7 @@ class FakeAsyncLLM:
     aborted: list[str] = field(default_factory=list)
     tokens_sent: dict[str, int] = field(default_factory=dict)
     shut_down: bool = False
-    held: bool = False
-    permits: int = 0
     _abort: set[str] = field(default_factory=set)
-    _cond: asyncio.Condition | None = None
-
-    @property
-    def cond(self) -> asyncio.Condition:
-        if self._cond is None:
-            self._cond = asyncio.Condition()
-        return self._cond
-
-    def hold(self) -> None:
-        self.held = True
-
-    async def release(self, n: int = 1) -> None:
-        async with self.cond:
-            self.permits += n
-            self.cond.notify_all()
-
-    async def free(self) -> None:
-        async with self.cond:
-            self.held = False
-            self.cond.notify_all()
-
-    async def _next_token(self, request_id: str) -> None:
-        async with self.cond:
-            await self.cond.wait_for(
-                lambda: not self.held or self.permits > 0 or request_id in self._abort
-            )
-            if self.held and request_id not in self._abort:
-                self.permits -= 1
 
     async def generate(
         self, prompt: Any, sampling_params: SamplingParams, request_id: str
@@ -117,7 +87,7 @@ class FakeAsyncLLM:
             return RequestOutput(request_id, None, None, None, [completion], finish is not None)
 
         for i, word in enumerate(words):
-            await self._next_token(request_id)
+            await self.permit(lambda: request_id in self._abort)
             if request_id in self._abort:
                 self.running.discard(request_id)
                 yield output("", [], "abort")

@@ -45,6 +45,10 @@ class Harness:
         assert isinstance(self.executor, ScriptedExecutor)
         return self.executor
 
+    async def update_audio(self, **audio: Any) -> None:
+        """A GA session.update of the session's `audio` (input, output)."""
+        await self.send({"type": "session.update", "session": {"type": "realtime", "audio": audio}})
+
     async def __aenter__(self) -> Harness:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.session.run()), loop.create_task(self._collect())]

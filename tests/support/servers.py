@@ -66,6 +66,7 @@ async def serving(
     sock: socket.socket,
     *,
     name: str,
+    start_timeout_s: float = START_TIMEOUT_S,
     stop_timeout_s: float = 15,
 ) -> AsyncIterator[None]:
     """Serve `config`'s app on `sock` until the block ends; fail if it does not start."""
@@ -74,13 +75,13 @@ async def serving(
     try:
         ready = asyncio.create_task(server.ready.wait())
         await asyncio.wait(
-            {ready, task}, timeout=START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+            {ready, task}, timeout=start_timeout_s, return_when=asyncio.FIRST_COMPLETED
         )
         if not server.ready.is_set():
             ready.cancel()
             if task.done():
                 task.result()  # raise why it failed to start
-            raise AssertionError(f"{name} did not start within {START_TIMEOUT_S} s")
+            raise AssertionError(f"{name} did not start within {start_timeout_s} s")
         yield
     finally:
         server.should_exit = True

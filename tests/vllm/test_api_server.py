@@ -10,7 +10,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from models.speech.speaker import Speaker
 from models.speech.tts import FliteSynthesizer
 from tests.support import executor_contract as contract
 from tests.support.harness import Harness
+from tests.support.servers import free_port
 from tests.vllm.conftest import (
     FIGURES,
     GPU_MEMORY_UTILIZATION,
@@ -43,13 +43,6 @@ from tests.vllm.conftest import (
 )
 
 START_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import base64
 import contextlib
 import inspect
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from server.config import Settings
 from tests.support import executor_contract as contract
 from tests.support.fake_vllm import FakeAsyncLLM
 from tests.support.harness import Harness
+from tests.support.servers import bound_socket, serving
 from tests.vllm.conftest import (
     FIGURES,
     GPU_MEMORY_UTILIZATION,
@@ -236,19 +236,12 @@ async def test_an_engine_rejection_fails_the_response_and_the_session_lives(
 
 @contextlib.asynccontextmanager
 async def running_app(ex: VllmExecutor, settings: Settings) -> AsyncIterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock = bound_socket()
     port = sock.getsockname()[1]
     options = {**uvicorn_options(settings), "host": "127.0.0.1", "port": port, "log_config": None}
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, executor=ex), **options))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+    config = uvicorn.Config(create_app(settings, executor=ex), **options)
+    async with serving(config, sock, name="parley on vllm", start_timeout_s=120, stop_timeout_s=30):
         yield f"ws://127.0.0.1:{port}/v1/realtime"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
 
 
 @pytest.mark.asyncio(loop_scope="module")
