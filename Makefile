@@ -28,7 +28,7 @@ $(VENV)/.installed-dev: pyproject.toml Makefile | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 # Debian packages the tests use: flite, the fallback voice when Piper is absent;
-# chromium, the browser tests/test_browser.py drives (they skip loudly without it,
+# chromium, the browser tests/browser/test_browser.py drives (they skip loudly without it,
 # and fail in CI).
 system-deps:
 	@command -v flite >/dev/null || { \
@@ -37,7 +37,7 @@ system-deps:
 	@test -x /usr/bin/chromium || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else echo "WARNING: no /usr/bin/chromium, the browser tests will skip: sudo apt-get install chromium"; fi; }
-	@# A Compose client validates docker/compose.yaml (tests/test_deploy.py); no engine needed.
+	@# A Compose client validates docker/compose.yaml (tests/server/test_deploy.py); no engine needed.
 	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq docker-compose; \
 	  else echo "Install a Compose client first: sudo apt-get install docker-compose"; exit 1; fi; }

@@ -10,7 +10,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,14 @@ import httpx
 import pytest
 import pytest_asyncio
 
-import tests.test_executor_contract as contract
 from models.base import Prompt
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
 from models.speech.tts import FliteSynthesizer
-from tests.harness import Harness
+from tests.support import executor_contract as contract
+from tests.support.harness import Harness
+from tests.support.servers import free_port
 from tests.vllm.conftest import (
     FIGURES,
     GPU_MEMORY_UTILIZATION,
@@ -43,13 +43,6 @@ from tests.vllm.conftest import (
 )
 
 START_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +190,7 @@ async def kit(api_server: str, tiny_model: Path) -> AsyncIterator[contract.Kit]:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_turn_is_answered_in_speech(kit: contract.Kit) -> None:
-    await contract.test_a_turn_is_answered_in_speech(kit)
+    await contract.a_turn_is_answered_in_speech(kit)
     ex = kit.executor
     assert isinstance(ex, SteeredCompat)
     marks = list(ex.stats.marks.values())[-1]
@@ -207,16 +200,16 @@ async def test_a_turn_is_answered_in_speech(kit: contract.Kit) -> None:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_barge_in_mid_stream_closes_the_server_request(kit: contract.Kit) -> None:
-    await contract.test_barge_in_mid_stream_aborts_the_model(kit)
+    await contract.barge_in_mid_stream_aborts_the_model(kit)
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_cancel_before_the_first_token(kit: contract.Kit) -> None:
-    await contract.test_cancel_before_the_first_token(kit)
+    await contract.cancel_before_the_first_token(kit)
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_backend_error_fails_the_response_and_the_session_lives(
     kit: contract.Kit,
 ) -> None:
-    await contract.test_a_backend_failure_fails_the_response_and_the_session_lives(kit)
+    await contract.a_backend_failure_fails_the_response_and_the_session_lives(kit)

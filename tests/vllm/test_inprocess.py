@@ -10,7 +10,6 @@ import base64
 import contextlib
 import inspect
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,15 +21,16 @@ import pytest_asyncio
 import uvicorn
 import websockets
 
-import tests.test_executor_contract as contract
 from bench.speech import load_wav, silence
 from models.audio_prompt import AudioPrompt
 from models.vllm_engine import InstalledVllm, VllmExecutor
 from server.app import create_app, make_executor
 from server.cli import uvicorn_options
 from server.config import Settings
-from tests.fake_vllm import FakeAsyncLLM
-from tests.harness import Harness
+from tests.support import executor_contract as contract
+from tests.support.fake_vllm import FakeAsyncLLM
+from tests.support.harness import Harness
+from tests.support.servers import bound_socket, serving
 from tests.vllm.conftest import (
     FIGURES,
     GPU_MEMORY_UTILIZATION,
@@ -200,7 +200,7 @@ async def kit(executor: VllmExecutor) -> AsyncIterator[contract.Kit]:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_turn_is_answered_in_speech(kit: contract.Kit) -> None:
-    await contract.test_a_turn_is_answered_in_speech(kit)
+    await contract.a_turn_is_answered_in_speech(kit)
     ex = kit.executor
     assert isinstance(ex, VllmExecutor)
     (rid,) = list(ex.stats.tokens_by_request)[-1:]
@@ -212,7 +212,7 @@ async def test_a_turn_is_answered_in_speech(kit: contract.Kit) -> None:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_barge_in_mid_stream_aborts_the_engine_request(kit: contract.Kit) -> None:
-    await contract.test_barge_in_mid_stream_aborts_the_model(kit)
+    await contract.barge_in_mid_stream_aborts_the_model(kit)
     engine = kit.executor.engine
     assert isinstance(engine, GatedEngine) and engine.abort_latency
     assert engine.running_at_abort[0] == 1  # the engine was still generating it
@@ -221,14 +221,14 @@ async def test_barge_in_mid_stream_aborts_the_engine_request(kit: contract.Kit) 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_cancel_before_the_first_token(kit: contract.Kit) -> None:
-    await contract.test_cancel_before_the_first_token(kit)
+    await contract.cancel_before_the_first_token(kit)
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_an_engine_rejection_fails_the_response_and_the_session_lives(
     kit: contract.Kit,
 ) -> None:
-    await contract.test_a_backend_failure_fails_the_response_and_the_session_lives(kit)
+    await contract.a_backend_failure_fails_the_response_and_the_session_lives(kit)
 
 
 # --- a WebSocket session on a real server ------------------------------------------------
@@ -236,19 +236,12 @@ async def test_an_engine_rejection_fails_the_response_and_the_session_lives(
 
 @contextlib.asynccontextmanager
 async def running_app(ex: VllmExecutor, settings: Settings) -> AsyncIterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock = bound_socket()
     port = sock.getsockname()[1]
     options = {**uvicorn_options(settings), "host": "127.0.0.1", "port": port, "log_config": None}
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, executor=ex), **options))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+    config = uvicorn.Config(create_app(settings, executor=ex), **options)
+    async with serving(config, sock, name="parley on vllm", start_timeout_s=120, stop_timeout_s=30):
         yield f"ws://127.0.0.1:{port}/v1/realtime"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -1,0 +1,460 @@
+"""The browser client (server/static/) in a real headless Chromium against a real
+Parley server.
+
+Debian's chromium (/usr/bin/chromium, never a downloaded browser) is driven by the
+Python `playwright` package. Its fake microphone plays a WAV made here from a speech
+fixture (`--use-file-for-fake-audio-capture`), so the page's whole audio path runs:
+getUserMedia, the capture worklet's resampling to 24 kHz, the WebSocket, server VAD,
+the playback worklet. Every frame on the page's WebSocket is recorded from the test
+side (Playwright's frame events), and an AnalyserNode on the player's output tells
+when sound actually plays.
+
+`make system-deps` installs chromium (as root); the `playwright` package comes with
+the test extra. Where the browser is missing these tests skip loudly, and fail in CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import time
+import wave
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import soxr
+
+from bench.speech import load_wav
+from server.app import STATIC_DIR
+from tests.support.servers import RunningServer, ServerFactory
+
+try:
+    from playwright.async_api import Browser, Page, WebSocket, async_playwright
+except ImportError:  # reported by `require_browser`
+    async_playwright = None
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CAPTURE_RATE = 48_000
+TIMEOUT_S = 30.0
+TIMEOUT_MS = TIMEOUT_S * 1000
+SCRIPTED_WORDS = 7  # "I heard N samples in M items." is seven words, one chunk each
+API_KEY = "sk-browser-test"
+CHROMIUM_ARGS = [
+    "--no-sandbox",  # the tests run as root
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",  # the machine's network is closed
+    "--disable-component-update",
+    "--disable-sync",
+    "--use-fake-ui-for-media-stream",  # grant the microphone without a prompt
+    "--use-fake-device-for-media-stream",
+    "--autoplay-policy=no-user-gesture-required",
+]
+# Records when the player's output last carried sound (performance.now()), from an
+# AnalyserNode tapped onto the playback worklet's node.
+LISTEN_TO_OUTPUT = """() => {
+  const app = window.parley;
+  const analyser = app.context.createAnalyser();
+  analyser.fftSize = 512;
+  app.player.node.connect(analyser);
+  const data = new Float32Array(analyser.fftSize);
+  window.__sound = { first: null, last: null };
+  setInterval(() => {
+    analyser.getFloatTimeDomainData(data);
+    let peak = 0;
+    for (const v of data) peak = Math.max(peak, Math.abs(v));
+    if (peak > 1e-3) {
+      const now = performance.now();
+      window.__sound.first ??= now;
+      window.__sound.last = now;
+    }
+  }, 5);
+}"""
+# Records every value of <body data-state>, and when each truncate left the page.
+RECORD_PAGE = """() => {
+  window.__states = [];
+  new MutationObserver(() => {
+    const s = document.body.dataset.state;
+    if (window.__states.at(-1) !== s) window.__states.push(s);
+  }).observe(document.body, { attributes: true, attributeFilter: ["data-state"] });
+  window.__truncates = [];
+  const send = WebSocket.prototype.send;
+  WebSocket.prototype.send = function (data) {
+    if (typeof data === "string" && data.includes('"conversation.item.truncate"')) {
+      window.__truncates.push(performance.now());
+    }
+    return send.call(this, data);
+  };
+}"""
+
+
+def require_browser() -> None:
+    problems = []
+    if not CHROMIUM.exists():
+        problems.append(
+            f"Debian chromium is not installed at {CHROMIUM} "
+            "(`make system-deps` installs it as root: apt-get install chromium)"
+        )
+    if async_playwright is None:
+        problems.append("the `playwright` package is missing (pip install -e '.[test]')")
+    if problems:
+        message = "BROWSER TESTS NOT RUN: " + "; ".join(problems)
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def capture_wav(path: Path, *, lead_s: float, tail_s: float) -> float:
+    """The fake microphone's file: silence, a spoken sentence, silence, as 48 kHz
+    mono pcm16 (what chromium's fake capture device expects). Returns the speech's
+    length in seconds."""
+    speech = soxr.resample(load_wav("weather").astype(np.float32), 24_000, CAPTURE_RATE)
+    audio = np.concatenate(
+        [np.zeros(int(lead_s * CAPTURE_RATE)), speech, np.zeros(int(tail_s * CAPTURE_RATE))]
+    )
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(CAPTURE_RATE)
+        wav.writeframes(np.clip(audio, -32768, 32767).astype("<i2").tobytes())
+    return len(speech) / CAPTURE_RATE
+
+
+@dataclass
+class Frame:
+    at: float  # time.monotonic()
+    sent: bool  # page -> server
+    event: dict[str, Any]
+
+
+class PageSocket:
+    """Every frame on the page's realtime WebSocket, both ways, as it happens."""
+
+    def __init__(self, page: Page) -> None:
+        self.frames: list[Frame] = []
+        self._changed = asyncio.Event()
+        page.on("websocket", self._attach)
+
+    def _attach(self, ws: WebSocket) -> None:
+        if "/v1/realtime" not in ws.url:
+            return
+        ws.on("framesent", lambda payload: self._record(payload, sent=True))
+        ws.on("framereceived", lambda payload: self._record(payload, sent=False))
+
+    def _record(self, payload: str | bytes, *, sent: bool) -> None:
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return
+        self.frames.append(Frame(time.monotonic(), sent, event))
+        self._changed.set()
+
+    def of(self, kind: str, *, sent: bool | None = None) -> list[Frame]:
+        return [
+            f
+            for f in self.frames
+            if f.event.get("type") == kind and (sent is None or f.sent == sent)
+        ]
+
+    async def wait_for_change(self) -> None:
+        """Until the next frame, either way (TIMEOUT_S at most)."""
+        self._changed.clear()
+        async with asyncio.timeout(TIMEOUT_S):
+            await self._changed.wait()
+
+    async def wait_for(self, kind: str, *, sent: bool) -> Frame:
+        """The first frame of `kind` (in the given direction), waiting for it."""
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                while not (found := self.of(kind, sent=sent)):
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            seen = sorted({f.event.get("type", "?") for f in self.frames})
+            raise AssertionError(f"no {kind} frame within {TIMEOUT_S} s; saw {seen}") from None
+        return found[0]
+
+
+Launcher = Callable[[Path], Awaitable[Browser]]
+
+
+@pytest.fixture
+async def launch() -> AsyncIterator[Launcher]:
+    """Starts Debian chromium with `capture` as its microphone (looped by chromium;
+    a path ending in `%noloop` plays once)."""
+    require_browser()
+    assert async_playwright is not None
+    browsers: list[Browser] = []
+    async with async_playwright() as pw:
+
+        async def start(capture: Path) -> Browser:
+            browser = await pw.chromium.launch(
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=[*CHROMIUM_ARGS, f"--use-file-for-fake-audio-capture={capture}"],
+            )
+            browsers.append(browser)
+            return browser
+
+        try:
+            yield start
+        finally:
+            for browser in browsers:
+                await browser.close()
+
+
+async def open_page(browser: Browser, server: RunningServer) -> tuple[Page, PageSocket, list[str]]:
+    page = await browser.new_page(viewport={"width": 1280, "height": 860})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    socket = PageSocket(page)
+    await page.goto(f"{server.http_url}/")
+    await page.evaluate(RECORD_PAGE)
+    return page, socket, errors
+
+
+async def connected(page: Page) -> None:
+    await page.wait_for_selector("body[data-state=listening]", timeout=TIMEOUT_MS)
+    assert await page.get_attribute("body", "data-protocol") == "realtime"
+    await page.evaluate(LISTEN_TO_OUTPUT)
+
+
+def appended_audio(socket: PageSocket) -> list[np.ndarray]:
+    return [
+        np.frombuffer(base64.b64decode(f.event["audio"]), dtype="<i2")
+        for f in socket.of("input_audio_buffer.append", sent=True)
+    ]
+
+
+def screenshot(name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS / name
+
+
+async def test_the_page_is_served_without_a_key(serve: ServerFactory) -> None:
+    """The page and its modules hold no secret: served to anyone, as JavaScript
+    (module scripts and worklets refuse other types), while the API needs a key."""
+    server = await serve(api_keys=[API_KEY])
+    modules = {path.name: path.read_text() for path in sorted(STATIC_DIR.glob("*.js"))}
+    assert {"app.js", "capture-worklet.js", "playback-worklet.js"} <= modules.keys()
+    async with httpx.AsyncClient(base_url=server.http_url) as client:
+        page = await client.get("/")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert '<script type="module" src="/static/app.js">' in page.text
+        for name, text in modules.items():
+            response = await client.get(f"/static/{name}")
+            assert response.status_code == 200, name
+            assert "javascript" in response.headers["content-type"], response.headers
+            assert response.text == text
+        assert (await client.get("/v1/models")).status_code == 401
+
+
+async def test_conversation_in_the_browser(
+    serve: ServerFactory, launch: Launcher, tmp_path: Path
+) -> None:
+    """The page gets an ephemeral key with the API key typed into it, connects with
+    the key as a subprotocol, streams the microphone in 20 ms chunks; the server
+    finds the turn, the answer plays through the jitter buffer without a gap, and
+    the transcript shows both turns with the turn's latency."""
+    server = await serve(api_keys=[API_KEY])
+    capture = tmp_path / "speech.wav"
+    capture_wav(capture, lead_s=1.0, tail_s=4.0)
+    browser = await launch(Path(f"{capture}%noloop"))
+    page, socket, errors = await open_page(browser, server)
+
+    # Without a key the server refuses to mint one, and the page says why.
+    await page.click("#connect")
+    notice = await page.wait_for_selector("#notice.error", timeout=TIMEOUT_MS)
+    assert notice is not None
+    assert "needs an API key" in await notice.inner_text()
+    assert await page.get_attribute("body", "data-state") == "disconnected"
+    assert not socket.frames  # no WebSocket was opened
+    assert errors == [
+        "Failed to load resource: the server responded with a status of 401 (Unauthorized)"
+    ]
+    errors.clear()
+
+    secrets: list[dict[str, Any]] = []
+
+    async def on_response(response: Any) -> None:
+        if response.url.endswith("/v1/realtime/client_secrets") and response.ok:
+            request_headers = await response.request.all_headers()
+            secrets.append({"auth": request_headers.get("authorization"), **await response.json()})
+
+    page.on("response", on_response)
+    await page.fill("#api-key", API_KEY)
+    await page.click("#connect")
+    await connected(page)
+    assert secrets and secrets[0]["auth"] == f"Bearer {API_KEY}"
+    assert secrets[0]["value"].startswith("ek_")
+    created = (await socket.wait_for("session.created", sent=False)).event
+    # The session the page asked for, carried by the ephemeral key.
+    assert created["session"]["audio"]["input"]["transcription"]["model"] == "whisper-1"
+    assert created["session"]["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+
+    answer = await page.wait_for_selector(
+        ".turn.assistant[data-played-ms][data-latency-ms]", timeout=TIMEOUT_MS
+    )
+    assert answer is not None
+    item_id = await answer.get_attribute("data-item-id")
+    await page.wait_for_selector("body[data-state=listening]", timeout=TIMEOUT_MS)
+
+    # The turn: found by the server's VAD in the page's microphone audio.
+    started = await socket.wait_for("input_audio_buffer.speech_started", sent=False)
+    stopped = await socket.wait_for("input_audio_buffer.speech_stopped", sent=False)
+    assert started.at < stopped.at
+    chunks = appended_audio(socket)
+    assert all(480 <= len(c) <= 960 for c in chunks), {len(c) for c in chunks}  # 20-40 ms
+    heard = np.concatenate(chunks).astype(np.float64)
+    peak_rms = max(np.sqrt(np.mean(heard[i : i + 2400] ** 2)) for i in range(0, len(heard), 2400))
+    assert peak_rms > 500, peak_rms  # speech went through capture and resampling
+
+    # Both turns in the transcript.
+    await page.wait_for_selector(".turn.user:not(.pending)", timeout=TIMEOUT_MS)
+    user_text = await page.inner_text(".turn.user .text")
+    assert re.fullmatch(r"audio of \d+ samples", user_text), user_text
+    answer_text = await page.inner_text(f".turn.assistant[data-item-id='{item_id}'] .text")
+    assert re.fullmatch(r"I heard \d+ samples in 1 items\.", answer_text), answer_text
+
+    # The answer played whole, without underruns, and its latency was measured.
+    played_ms = float(await answer.get_attribute("data-played-ms") or "nan")
+    assert played_ms == SCRIPTED_WORDS * 100
+    assert await page.get_attribute("body", "data-underruns") == "0"
+    sound = await page.evaluate("window.__sound")
+    assert sound["first"] is not None, "no sound ever reached the output"
+    latency_ms = int(await answer.get_attribute("data-latency-ms") or "-1")
+    # End of speech -> first audio includes the VAD's 500 ms of silence.
+    assert 450 <= latency_ms < 10_000, latency_ms
+    assert await page.inner_text("#stat-last") == f"{latency_ms} ms"
+
+    states = await page.evaluate("window.__states")
+    for expected in ("listening", "user-speaking", "assistant-speaking"):
+        assert expected in states, states
+    assert states.index("user-speaking") < states.index("assistant-speaking"), states
+    assert states[-1] == "listening", states
+
+    await page.screenshot(path=screenshot("browser-conversation.png"))
+    assert not errors, errors
+
+
+async def test_barge_in_stops_playback_and_truncates(
+    serve: ServerFactory, launch: Launcher, tmp_path: Path
+) -> None:
+    """A long answer (7 s of audio) is playing when the looped microphone file
+    speaks again: the page stops the sound at once and truncates the item to the
+    milliseconds actually played."""
+    chunk_ms = 1000
+    server = await serve(scripted_chunk_ms=chunk_ms, scripted_chunk_delay_s=0.2)
+    response_ms = SCRIPTED_WORDS * chunk_ms
+    capture = tmp_path / "speech-looped.wav"
+    # Looped by chromium: speech again about 2.5 s after the first turn ends.
+    capture_wav(capture, lead_s=1.0, tail_s=1.5)
+    browser = await launch(capture)
+    page, socket, errors = await open_page(browser, server)
+    await page.click("#connect")
+    await connected(page)
+
+    truncate = await socket.wait_for("conversation.item.truncate", sent=True)
+    item_id = truncate.event["item_id"]
+    deltas = [f for f in socket.of("response.output_audio.delta") if f.event["item_id"] == item_id]
+    assert deltas, "the truncated item never had audio"
+    barge = [
+        f
+        for f in socket.of("input_audio_buffer.speech_started", sent=False)
+        if deltas[0].at < f.at <= truncate.at
+    ]
+    assert barge, "no speech_started between the answer's audio and the truncate"
+    # At once: the truncate follows the speech_started it answers.
+    assert truncate.at - barge[-1].at < 0.5, truncate.at - barge[-1].at
+    played_ms = truncate.event["audio_end_ms"]
+    assert truncate.event["content_index"] == 0
+    assert 0 < played_ms < response_ms, played_ms
+
+    # The server cut the item where the page said.
+    truncated = await socket.wait_for("conversation.item.truncated", sent=False)
+    assert truncated.event["item_id"] == item_id
+    assert truncated.event["audio_end_ms"] == played_ms
+
+    # The sound stopped: the output fell silent within a few ms of the truncate and
+    # stayed silent (here: for 400 ms, while the user speaks).
+    await page.wait_for_function(
+        """() => window.__truncates.length > 0 && window.__sound.last !== null &&
+             performance.now() - Math.max(window.__sound.last, window.__truncates[0]) > 400""",
+        timeout=TIMEOUT_MS,
+    )
+    sound, truncates = await page.evaluate("[window.__sound, window.__truncates]")
+    assert sound["first"] < truncates[0], "nothing played before the barge-in"
+    # The flush fades out over 4 ms before the truncate is sent; the analyser looks
+    # every 5 ms over a 11 ms window.
+    assert sound["last"] - truncates[0] < 50, sound["last"] - truncates[0]
+
+    cut = page.locator(f".turn.assistant[data-item-id='{item_id}']")
+    await cut.and_(page.locator("[data-truncated-ms]")).wait_for(timeout=TIMEOUT_MS)
+    assert await cut.get_attribute("data-played-ms") == str(played_ms)
+    assert "interrupted at" in await cut.inner_text()
+    states = await page.evaluate("window.__states")
+    assert "assistant-speaking" in states, states
+    await page.screenshot(path=screenshot("browser-barge-in.png"))
+    assert not errors, errors
+
+
+async def test_push_to_talk(serve: ServerFactory, launch: Launcher, tmp_path: Path) -> None:
+    """Push to talk instead of server VAD: audio goes out only while the button is
+    held, and letting go commits the turn and asks for the answer."""
+    server = await serve()
+    capture = tmp_path / "speech.wav"
+    lead_s = 1.0
+    speech_s = capture_wav(capture, lead_s=lead_s, tail_s=4.0)
+    browser = await launch(Path(f"{capture}%noloop"))
+    page, socket, errors = await open_page(browser, server)
+    await page.check("input[name=mode][value=ptt]")
+    await page.click("#connect")
+    await connected(page)
+    created = (await socket.wait_for("session.created", sent=False)).event
+    assert created["session"]["audio"]["input"]["turn_detection"] is None
+    assert not socket.of("input_audio_buffer.append")  # nothing is sent until held
+
+    await page.hover("#talk")
+    await page.mouse.down()
+    await page.wait_for_selector("body[data-state=user-speaking]", timeout=TIMEOUT_MS)
+    # Held until the page has sent the whole sentence (and a little silence).
+    needed = int((lead_s + speech_s + 0.3) * 1000 / 20)
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(socket.of("input_audio_buffer.append")) < needed:
+        assert time.monotonic() < deadline, "the page stopped sending audio"
+        await socket.wait_for_change()
+    await page.mouse.up()
+
+    commit = await socket.wait_for("input_audio_buffer.commit", sent=True)
+    create = await socket.wait_for("response.create", sent=True)
+    assert commit.at <= create.at
+    assert not socket.of("input_audio_buffer.speech_started")  # no server VAD
+    answer = await page.wait_for_selector(
+        ".turn.assistant[data-played-ms][data-latency-ms]", timeout=TIMEOUT_MS
+    )
+    assert answer is not None
+    await page.wait_for_selector(".turn.user:not(.pending)", timeout=TIMEOUT_MS)
+    user_text = await page.inner_text(".turn.user .text")
+    heard = re.fullmatch(r"audio of (\d+) samples", user_text)
+    assert heard is not None, user_text
+    sent = sum(len(c) for c in appended_audio(socket))
+    assert int(heard[1]) == sent  # the turn is exactly what was sent while held
+    answer_text = await page.inner_text(".turn.assistant .text")
+    assert re.fullmatch(r"I heard \d+ samples in 1 items\.", answer_text), answer_text
+    assert await page.get_attribute("body", "data-underruns") == "0"
+    await page.wait_for_selector("body[data-state=listening]", timeout=TIMEOUT_MS)
+    # Released: nothing was sent after the commit, while the answer came and played.
+    assert all(f.at < commit.at for f in socket.of("input_audio_buffer.append"))
+    assert not errors, errors

@@ -1,0 +1,46 @@
+"""The outbox: stale output dropped at a cancel, backpressure, and the control reserve."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine.emitter import Outbox, OutboxOverflow, OutEvent
+
+
+async def test_outbox_drops_stale_output_and_keeps_control() -> None:
+    epoch = 0
+    box = Outbox(limit=4, reserve=2)
+    box.current_epoch = lambda lane: epoch
+    await box.put(OutEvent("a1", "d", epoch=0, item_id="i", samples=10))
+    await box.put(OutEvent("a2", "d", epoch=0, item_id="i", samples=10))
+    first = await box.get()
+    assert first is not None and first.text == "a1"
+    epoch = 1  # a cancel
+    box.put_control(OutEvent("done", "response.done"))
+    second = await box.get()
+    assert second is not None and second.text == "done"  # a2 never reaches the wire
+    assert box.sent_samples == {"i": 10}
+
+
+async def test_outbox_backpressure_and_reserve() -> None:
+    box = Outbox(limit=2, reserve=1)
+    await box.put(OutEvent("1", "d", epoch=0))
+    await box.put(OutEvent("2", "d", epoch=0))
+    blocked = asyncio.ensure_future(box.put(OutEvent("3", "d", epoch=0)))
+    await asyncio.sleep(0)
+    assert not blocked.done()  # output waits for the reader
+    box.put_control(OutEvent("c", "error"))  # control uses the reserve
+    with pytest.raises(OutboxOverflow):
+        box.put_control(OutEvent("c2", "error"))
+    texts = []
+    for _ in range(4):
+        event = await box.get()
+        assert event is not None
+        texts.append(event.text)
+        await asyncio.sleep(0)
+    await blocked
+    assert texts[:3] == ["1", "2", "c"] and texts[3] == "3"
+    box.close()
+    assert await box.get() is None

@@ -1,0 +1,269 @@
+"""One contract, every executor: a turn, a barge-in mid-stream, a cancel before the
+first token, a backend failure, each driven through an in-process Session.
+
+- scripted: the deterministic executor;
+- cascade: the embedded pipeline with its real models (loaded once per module); a
+  scripted story stands in for the language model where a scene needs it held;
+- vllm: the vllm executor over the protocol-level fake of AsyncLLM;
+- openai_compat: the HTTP executor against the local fake OpenAI server.
+
+Each kit can hold the model before its first token, let exactly the first sentence
+out, and make the next request fail; a scene waits on those gates, and on real
+model work with `wait_until` (a safety limit, not a pace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, get_args
+
+import pytest
+
+from models.base import Prompt
+from models.cascade.llm import Ct2LanguageModel
+from models.cascade.pipeline import CascadeExecutor
+from models.cascade.text import ChatMessage
+from models.openai_compat import BackendOptions, OpenAICompatExecutor
+from models.scripted import ScriptedExecutor
+from models.speech.asr import WhisperRecognizer
+from models.speech.files import ModelInfo
+from models.speech.slots import StageSlots
+from models.speech.speaker import Speaker
+from models.speech.tts import FliteSynthesizer, PiperSynthesizer
+from models.vllm_engine import VllmExecutor, VllmOptions
+from server.config import ExecutorName
+from tests.support import executor_contract as contract
+from tests.support.executor_contract import FAILURE, Kit
+from tests.support.fake_openai import running_fake_openai
+from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm
+from tests.support.harness import Harness
+
+KINDS = ["scripted", "cascade", "vllm", "openai_compat"]
+
+
+# --- scripted ------------------------------------------------------------------------
+
+
+class FailingScripted(ScriptedExecutor):
+    failing: bool = False
+
+    async def generate(self, prompt: Prompt) -> Any:
+        if self.failing:
+            self.failing = False
+            raise RuntimeError(FAILURE)
+        async for chunk in super().generate(prompt):
+            yield chunk
+
+
+def scripted_kit() -> Kit:
+    ex = FailingScripted()
+
+    def hold() -> None:
+        ex.chunk_gate = asyncio.Semaphore(0)
+
+    async def first_sentence() -> None:
+        assert ex.chunk_gate is not None
+        ex.chunk_gate.release()  # one word, one chunk: the first one out
+
+    async def free() -> None:
+        gate, ex.chunk_gate = ex.chunk_gate, None
+        if gate is not None:
+            for _ in range(1000):
+                gate.release()
+
+    def fail() -> None:
+        ex.failing = True
+
+    async def stopped(rid: str, h: Harness) -> None:
+        assert rid in ex.aborted
+
+    return Kit(ex, hold, first_sentence, free, fail, lambda: len(ex.prompts), stopped)
+
+
+# --- cascade -------------------------------------------------------------------------
+
+
+class ControlledModel:
+    """The real language model, or while held a gated story (so a scene can stop it
+    mid-answer whatever the real model would say), or a failure."""
+
+    name = "controlled"
+
+    def __init__(self, real: Ct2LanguageModel) -> None:
+        self.real = real
+        self.story = False
+        self.failing = False
+        self.calls = 0
+        self.gate = threading.Semaphore(0)
+        self.free = threading.Event()
+
+    def stream(
+        self, messages: Sequence[ChatMessage], *, max_tokens: int, stop: threading.Event
+    ) -> Iterator[str]:
+        self.calls += 1
+        if self.failing:
+            self.failing = False
+            raise RuntimeError(FAILURE)
+        if not self.story:
+            yield from self.real.stream(messages, max_tokens=max_tokens, stop=stop)
+            return
+        words = "It is sunny today. The sky is clear and the wind is calm. Enjoy it.".split()
+        for i, word in enumerate(words[:max_tokens]):
+            # The model thread waits for a permit, and notices an abort meanwhile.
+            while not self.free.is_set() and not self.gate.acquire(timeout=0.01):
+                if stop.is_set():
+                    return
+            yield word if i == 0 else " " + word
+
+    def describe(self) -> ModelInfo:
+        return ModelInfo("llm", self.name, "-", 0, "-", "test")
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class CascadeModels:
+    asr: WhisperRecognizer
+    llm: Ct2LanguageModel
+    tts: PiperSynthesizer
+
+
+@pytest.fixture(scope="module")
+def cascade_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CascadeModels]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PARLEY_CACHE_DIR", str(tmp_path_factory.mktemp("parley-cache")))
+        models = CascadeModels(WhisperRecognizer("tiny.en"), Ct2LanguageModel(), PiperSynthesizer())
+        yield models
+    models.llm.close()
+    models.tts.close()
+
+
+def cascade_kit(models: CascadeModels) -> Kit:
+    llm = ControlledModel(models.llm)
+    ex = CascadeExecutor(models.asr, llm, models.tts)
+
+    def hold() -> None:
+        llm.story = True
+        llm.free.clear()
+
+    async def first_sentence() -> None:
+        for _ in range(5):  # "It is sunny today." and the word that ends it
+            llm.gate.release()
+
+    async def free() -> None:
+        llm.free.set()
+
+    def fail() -> None:
+        llm.failing = True
+
+    async def stopped(rid: str, h: Harness) -> None:
+        await h.wait_until(lambda: not ex.running(rid))  # within one token
+
+    return Kit(ex, hold, first_sentence, free, fail, lambda: llm.calls, stopped)
+
+
+# --- vllm (fake engine) ----------------------------------------------------------------
+
+
+async def vllm_kit() -> Kit:
+    engine = FakeAsyncLLM()
+    speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
+    options = VllmOptions(model="fake/qwen2-audio", prompt_style="qwen2_audio")
+    ex = VllmExecutor(options, speaker, backend=FakeVllm(engine))
+    await ex.start()
+
+    async def first_sentence() -> None:
+        await engine.release(5)  # "I heard 1 clips." and the word that ends it
+
+    def fail() -> None:
+        engine.fail = FAILURE
+
+    async def stopped(rid: str, h: Harness) -> None:
+        assert rid in engine.aborted and rid not in engine.running
+
+    return Kit(
+        ex, engine.hold, first_sentence, engine.free, fail, lambda: len(engine.requests), stopped
+    )
+
+
+# --- openai_compat (fake server) -------------------------------------------------------
+
+
+async def openai_kit(stack: contextlib.AsyncExitStack) -> Kit:
+    fake = await stack.enter_async_context(running_fake_openai())
+    url = fake.url("backend")
+    speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
+    ex = OpenAICompatExecutor(BackendOptions(urls=(url,), retries=0, down_for_s=0), speaker)
+
+    async def first_sentence() -> None:
+        await fake.release(9)  # "I heard 1 audio parts in 2 messages." and one more word
+
+    def fail() -> None:
+        fake.behaviour["backend"] = "error"
+
+    async def stopped(rid: str, h: Harness) -> None:
+        assert rid in ex.stats.aborted
+        await asyncio.wait_for(fake.stream_closed.wait(), 10)  # the HTTP stream closed
+
+    async def free() -> None:
+        fake.behaviour["backend"] = "normal"
+        await fake.free()
+
+    return Kit(
+        ex,
+        fake.hold,
+        first_sentence,
+        free,
+        fail,
+        lambda: len(fake.requests),
+        stopped,
+        failure_text="HTTP 500",
+    )
+
+
+@pytest.fixture(params=KINDS)
+async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
+    async with contextlib.AsyncExitStack() as stack:
+        kind = request.param
+        if kind == "scripted":
+            made = scripted_kit()
+        elif kind == "cascade":
+            made = cascade_kit(request.getfixturevalue("cascade_models"))
+        elif kind == "vllm":
+            made = await vllm_kit()
+        else:
+            made = await openai_kit(stack)
+        try:
+            yield made
+        finally:
+            await made.free()
+            if kind != "cascade":  # the cascade's models are the module's
+                await made.executor.aclose()
+
+
+# --- scenes ------------------------------------------------------------------------------
+
+
+async def test_a_turn_is_answered_in_speech(kit: Kit) -> None:
+    await contract.a_turn_is_answered_in_speech(kit)
+
+
+async def test_barge_in_mid_stream_aborts_the_model(kit: Kit) -> None:
+    await contract.barge_in_mid_stream_aborts_the_model(kit)
+
+
+async def test_cancel_before_the_first_token(kit: Kit) -> None:
+    await contract.cancel_before_the_first_token(kit)
+
+
+async def test_a_backend_failure_fails_the_response_and_the_session_lives(kit: Kit) -> None:
+    await contract.a_backend_failure_fails_the_response_and_the_session_lives(kit)
+
+
+def test_every_executor_is_in_the_contract() -> None:
+    assert set(get_args(ExecutorName)) == set(KINDS)

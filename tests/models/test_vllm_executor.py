@@ -1,0 +1,276 @@
+"""The vllm executor against a protocol-level fake of AsyncLLM (tests/fake_vllm.py):
+DELTA streaming, speech per sentence, aborts, the engine's lifecycle, and the app
+and command line around it. vLLM itself is never imported here."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import sys
+import threading
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from bench.speech import load_wav
+from models.base import OutputChunk, Prompt, PromptItem
+from models.errors import ModelMissing
+from models.speech.slots import StageSlots
+from models.speech.speaker import Speaker
+from models.speech.tts import FliteSynthesizer
+from models.vllm_engine import VllmExecutor, VllmOptions
+from server.app import create_app
+from server.cli import main
+from server.config import Settings
+from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm, SamplingParams
+
+
+def make(engine: FakeAsyncLLM | None = None, **options: Any) -> tuple[VllmExecutor, FakeVllm]:
+    backend = FakeVllm(engine)
+    opts = VllmOptions(model="fake/qwen2-audio", prompt_style="qwen2_audio", **options)
+    speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
+    return VllmExecutor(opts, speaker, backend=backend), backend
+
+
+def prompt(rid: str = "resp_1", *, audio: bool = True, **kw: Any) -> Prompt:
+    items = (PromptItem("u1", "user", audio=load_wav("weather"), rate=24_000),)
+    modalities: tuple[Any, ...] = ("audio",) if audio else ("text",)
+    return Prompt(rid, "Be brief.", items, output_modalities=modalities, **kw)
+
+
+def text(chunks: list[OutputChunk]) -> str:
+    return "".join(c.text for c in chunks)
+
+
+async def test_streams_deltas_as_text_and_counts_tokens() -> None:
+    ex, backend = make()
+    await ex.start()
+    chunks = [c async for c in ex.generate(prompt(audio=False))]
+    assert text(chunks) == (
+        "I heard 1 clips. The fake engine answers in three sentences. This is the last one."
+    )
+    assert len(chunks) == 16  # one per word: the token-only delta adds no chunk
+    ((engine_prompt, params, rid),) = backend.engine.requests
+    assert rid == "resp_1" and isinstance(params, SamplingParams)
+    assert params.output_kind == "DELTA" and params.max_tokens == 256
+    assert engine_prompt["prompt"].endswith("<|im_start|>assistant\n")
+    ((clip, rate),) = engine_prompt["multi_modal_data"]["audio"]
+    assert rate == 16_000 and clip.dtype == np.float32
+    assert ex.stats.tokens_by_request["resp_1"] == 17  # 16 words + the byte-level piece
+    assert backend.engine.running == set() and backend.engine.aborted == []
+
+
+async def test_speaks_each_sentence_while_the_model_still_writes() -> None:
+    engine = FakeAsyncLLM()
+    engine.hold()
+    ex, _ = make(engine)
+    await ex.start()
+    stream = ex.generate(prompt())
+    await engine.release(5)  # "I heard 1 clips." and the next word
+    first = await anext(stream)
+    assert first.text == "I heard 1 clips." and first.audio is not None
+    assert len(first.audio) > 24_000 // 2  # speech, at the output rate
+    assert engine.tokens_sent["resp_1"] <= 6  # the answer is still being written
+    await engine.free()
+    rest = [c async for c in stream]
+    assert [c.text for c in rest] == [
+        " The fake engine answers in three sentences.",
+        " This is the last one.",
+    ]
+    assert all(c.audio is not None for c in rest)
+
+
+async def held_stream(
+    engine: FakeAsyncLLM,
+) -> tuple[VllmExecutor, AsyncGenerator[OutputChunk, None]]:
+    """A started executor's text-only stream, the engine held after its first token."""
+    engine.hold()
+    ex, _ = make(engine)
+    await ex.start()
+    stream = ex.generate(prompt(audio=False))
+    await engine.release(1)
+    return ex, stream
+
+
+async def test_abort_mid_stream_calls_engine_abort_and_stops() -> None:
+    engine = FakeAsyncLLM()
+    ex, stream = await held_stream(engine)
+    assert (await anext(stream)).text == "I"
+    assert ex.running == 1
+    await ex.abort("resp_1")
+    assert engine.aborted == ["resp_1"]
+    assert [c async for c in stream] == []  # the final "abort" output ends it quietly
+    assert engine.running == set() and ex.running == 0
+    assert ex.stats.aborted == ["resp_1"]
+
+
+async def test_a_stream_closed_early_is_aborted_in_the_engine() -> None:
+    engine = FakeAsyncLLM()
+    _, stream = await held_stream(engine)
+    await anext(stream)
+    await stream.aclose()  # the consumer went away without abort()
+    assert engine.aborted == ["resp_1"] and engine.running == set()
+
+
+async def test_a_cancelled_consumer_task_still_aborts() -> None:
+    engine = FakeAsyncLLM()
+    engine.hold()
+    ex, _ = make(engine)
+    await ex.start()
+    got = asyncio.Event()
+
+    async def consume() -> None:
+        async for _ in ex.generate(prompt(audio=False)):
+            got.set()
+
+    task = asyncio.create_task(consume())
+    await engine.release(1)
+    await got.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert engine.aborted == ["resp_1"] and engine.running == set()
+
+
+async def test_cancel_before_start_never_reaches_the_engine() -> None:
+    ex, backend = make()
+    await ex.start()
+    await ex.abort("resp_1")
+    assert [c async for c in ex.generate(prompt())] == []
+    assert backend.engine.requests == []
+
+
+async def test_length_limit_and_engine_failure() -> None:
+    ex, backend = make(max_output_tokens=3)
+    await ex.start()
+    chunks = [c async for c in ex.generate(prompt(audio=False))]
+    assert text(chunks) == "I heard 1" and chunks[-1].finish == "length"
+    assert backend.engine.requests[0][1].max_tokens == 3
+    backend.engine.fail = "EngineDeadError: the engine core died"
+    with pytest.raises(RuntimeError, match="engine core died"):
+        [c async for c in ex.generate(prompt("resp_2"))]
+
+
+async def test_not_started_is_a_clear_error_and_aclose_shuts_down() -> None:
+    ex, backend = make()
+    with pytest.raises(RuntimeError, match="not running"):
+        await anext(ex.generate(prompt()))
+    await ex.start()
+    await ex.start()  # idempotent: one engine
+    assert len(backend.started) == 1
+    options, style = backend.started[0]
+    assert style == "qwen2_audio" and options.max_audio_items == 4
+    await ex.aclose()
+    assert backend.engine.shut_down and ex.engine is None
+
+
+def test_style_comes_from_the_model_dir(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "ultravox"}))
+    speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
+    ex = VllmExecutor(VllmOptions(model=str(tmp_path)), speaker, backend=FakeVllm())
+    assert ex.style == "ultravox"
+    with pytest.raises(ModelMissing, match="PARLEY_PROMPT_STYLE"):
+        VllmExecutor(VllmOptions(model=str(tmp_path / "none")), speaker, backend=FakeVllm())
+
+
+def test_the_engine_starts_and_stops_with_the_app() -> None:
+    ex, backend = make()
+    app = create_app(Settings(executor="scripted", log_level="warning"), executor=ex)
+    with TestClient(app) as client:
+        assert len(backend.started) == 1  # started by the lifespan
+        assert client.get("/healthz").json()["status"] == "ok"
+    # An executor passed in belongs to the caller: the app leaves it running.
+    assert not backend.engine.shut_down
+
+
+def test_vllm_is_never_imported_by_the_core() -> None:
+    assert importlib.util.find_spec("vllm") is None  # this venv must stay without it
+    import models.hosted
+    import models.openai_compat
+    import models.vllm_engine  # noqa: F401
+
+    assert "vllm" not in sys.modules and "torch" not in sys.modules
+
+
+def test_serve_vllm_without_vllm_installed_says_how_to_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["serve", "--port", "1", "--executor", "vllm", "--model", "/models/x"])
+    err = capsys.readouterr().err
+    assert code == 2 and "vLLM is not installed" in err and "parley-realtime[vllm]" in err
+    code = main(["serve", "--port", "1", "--executor", "vllm"])
+    assert code == 2 and "--model PATH" in capsys.readouterr().err
+
+
+def test_serve_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_BACKEND_URL", "http://a:8000, http://b:8000")
+    monkeypatch.setenv("PARLEY_GPU_MEMORY_UTILIZATION", "0.3")
+    settings = Settings()
+    assert settings.backend_url == ["http://a:8000", "http://b:8000"]
+    assert settings.gpu_memory_utilization == 0.3
+    seen: dict[str, Settings] = {}
+
+    def capture(s: Settings, **_: Any) -> Any:
+        seen["s"] = s
+        raise ModelMissing("stop here.", "none")
+
+    monkeypatch.setattr("server.cli.uvicorn_config", capture)
+    flags = ["--executor", "openai_compat", "--backend-url", "http://x:1"]
+    flags += ["--backend-url", "http://y:2", "--max-model-len", "8192"]
+    main(["serve", *flags, "--gpu-memory-utilization", "0.5"])
+    s = seen["s"]
+    assert s.executor == "openai_compat" and s.backend_url == ["http://x:1", "http://y:2"]
+    assert s.max_model_len == 8192 and s.gpu_memory_utilization == 0.5
+
+
+def test_serve_openai_compat_needs_a_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["serve", "--port", "1", "--executor", "openai_compat"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--backend-url" in err
+
+
+class CountingRecognizer:
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.gate = threading.Event()
+
+    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+        self.gate.wait(30)
+        self.calls += 1
+        return "what is the weather like"
+
+    def describe(self) -> Any:
+        raise NotImplementedError
+
+
+async def test_turns_are_transcribed_once_in_the_background_and_used_as_history() -> None:
+    recognizer = CountingRecognizer()
+    backend = FakeVllm()
+    speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
+    options = VllmOptions(model="m", prompt_style="qwen2_audio", max_audio_items=1)
+    ex = VllmExecutor(options, speaker, backend=backend, recognizer=recognizer)
+    await ex.start()
+    first = PromptItem("u1", "user", audio=load_wav("weather"), rate=24_000)
+    await ex.prepare(first)  # returns at once: the recognizer is still held
+    assert recognizer.calls == 0
+    pending = asyncio.ensure_future(ex.transcribe(first))
+    recognizer.gate.set()
+    assert await pending == "what is the weather like"
+    assert await ex.transcribe(first) == "what is the weather like" and recognizer.calls == 1
+    items = (
+        first,
+        PromptItem("a1", "assistant", text="Sunny."),
+        PromptItem("u2", "user", audio=load_wav("joke"), rate=24_000),
+    )
+    [c async for c in ex.generate(Prompt("resp_9", "", items, output_modalities=("text",)))]
+    sent = backend.engine.requests[0][0]
+    assert "what is the weather like" in sent["prompt"]  # the older turn, as its text
+    assert len(sent["multi_modal_data"]["audio"]) == 1
+    await ex.aclose()

@@ -1,0 +1,428 @@
+"""API keys, ephemeral client secrets and the session limit, over a real server.
+
+A refused handshake is an HTTP status before the upgrade (the `websockets` client
+raises InvalidStatus) with OpenAI's error envelope as the body; a server at its
+session limit accepts and then closes with 1013.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fastapi import FastAPI
+from openai import AsyncOpenAI
+from openai.types.realtime import ClientSecretCreateResponse
+from starlette.websockets import WebSocketState
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
+
+from server import cli
+from server.app import create_app
+from server.auth import (
+    ApiError,
+    KeyStore,
+    exposure_warning,
+    is_loopback,
+    presented_key,
+)
+from server.config import Settings
+from tests.support.events import TIMEOUT_S, read_event
+from tests.support.sdk_check import _no_extras
+from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory
+
+KEY = "sk-parley-test-key"
+T0 = 1_700_000_000.0  # the fake clock's start, unix seconds
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def open_ws(server: RunningServer, **options: Any) -> Any:
+    return connect(server.ws_url + "?model=parley", open_timeout=TIMEOUT_S, **options)
+
+
+async def next_event(ws: ClientConnection) -> dict[str, Any]:
+    return await read_event(ws.recv)
+
+
+async def until(ws: ClientConnection, kind: str) -> dict[str, Any]:
+    while (event := await next_event(ws))["type"] != kind:
+        assert event["type"] != "error", event
+    return event
+
+
+async def session_created(ws: ClientConnection) -> dict[str, Any]:
+    event = await next_event(ws)
+    assert event["type"] == "session.created"
+    session: dict[str, Any] = event["session"]
+    return session
+
+
+async def refusal(server: RunningServer, **options: Any) -> tuple[int, dict[str, Any]]:
+    """Open a WebSocket that must be refused: the HTTP status and the error object."""
+    with pytest.raises(InvalidStatus) as info:
+        async with open_ws(server, **options):
+            pass
+    response = info.value.response
+    body = json.loads(response.body or b"")
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"type", "code", "message", "param"}
+    if response.status_code == 401:
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+    return response.status_code, body["error"]
+
+
+async def mint(server: RunningServer, body: dict[str, Any], key: str = KEY) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
+        return await http.post("/v1/realtime/client_secrets", json=body, headers=bearer(key))
+
+
+@pytest.fixture
+def apps(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
+    """The apps `serve` builds from now on, to reach their state (clock, sessions)."""
+    made: list[FastAPI] = []
+
+    def create(settings: Settings) -> FastAPI:
+        made.append(create_app(settings))
+        return made[-1]
+
+    monkeypatch.setattr(cli, "create_app", create)
+    return made
+
+
+# --- real keys ----------------------------------------------------------------------
+
+
+async def test_bearer_key_opens_a_session(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY, "another"])
+    async with open_ws(server, additional_headers=bearer(KEY)) as ws:
+        await session_created(ws)
+
+
+async def test_wrong_key_is_refused_before_the_upgrade(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY])
+    status, error = await refusal(server, additional_headers=bearer(KEY + "x"))
+    assert (status, error["code"]) == (401, "invalid_api_key")
+    assert error["type"] == "invalid_request_error"
+
+
+async def test_missing_key_is_refused_when_keys_are_configured(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY])
+    status, error = await refusal(server)
+    assert (status, error["code"]) == (401, "missing_api_key")
+
+
+async def test_open_server_needs_no_key(server: RunningServer) -> None:
+    async with open_ws(server) as ws:
+        await session_created(ws)
+
+
+async def test_browser_subprotocol_key_is_accepted_and_realtime_echoed(
+    serve: ServerFactory,
+) -> None:
+    server = await serve(api_keys=[KEY])
+    offered = ["realtime", f"openai-insecure-api-key.{KEY}"]
+    async with open_ws(server, subprotocols=offered) as ws:
+        assert ws.subprotocol == "realtime"
+        await session_created(ws)
+    status, _ = await refusal(server, subprotocols=["realtime", "openai-insecure-api-key.nope"])
+    assert status == 401
+
+
+async def test_http_endpoints_need_a_key_but_healthz_does_not(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY])
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
+        assert (await http.get("/healthz")).status_code == 200
+        refused = await http.get("/v1/models")
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "missing_api_key"
+        assert (await http.get("/v1/models", headers=bearer("wrong"))).status_code == 401
+        assert (await http.get("/v1/models", headers=bearer(KEY))).status_code == 200
+        minted = await http.post("/v1/realtime/client_secrets", json={})
+        assert minted.status_code == 401
+
+
+# --- ephemeral keys -----------------------------------------------------------------
+
+
+async def test_ephemeral_key_opens_one_session_with_its_preset(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY])
+    response = await mint(
+        server,
+        {
+            "expires_after": {"anchor": "created_at", "seconds": 60},
+            "session": {
+                "type": "realtime",
+                "instructions": "Answer in French.",
+                "audio": {"input": {"turn_detection": None}},
+            },
+        },
+    )
+    assert response.status_code == 200
+    raw = response.json()
+    _no_extras(ClientSecretCreateResponse.model_validate(raw), "client_secret")
+    assert raw["value"].startswith("ek_")
+    assert raw["session"]["instructions"] == "Answer in French."
+
+    async with open_ws(server, additional_headers=bearer(raw["value"])) as ws:
+        session = await session_created(ws)
+        assert session["instructions"] == "Answer in French."
+        assert session["audio"]["input"]["turn_detection"] is None
+    status, error = await refusal(server, additional_headers=bearer(raw["value"]))
+    assert (status, error["code"]) == (401, "invalid_api_key")
+
+
+async def test_ephemeral_key_expires(serve: ServerFactory, apps: list[FastAPI]) -> None:
+    server = await serve(api_keys=[KEY])
+    clock = [T0]
+    apps[0].state.keys.now = lambda: clock[0]
+    body = {"expires_after": {"anchor": "created_at", "seconds": 10}}
+    early, late = [(await mint(server, body)).json() for _ in range(2)]
+    assert early["expires_at"] == late["expires_at"] == T0 + 10
+
+    clock[0] = T0 + 9.9
+    async with open_ws(server, additional_headers=bearer(early["value"])) as ws:
+        await session_created(ws)
+    clock[0] = T0 + 10
+    status, _ = await refusal(server, additional_headers=bearer(late["value"]))
+    assert status == 401
+
+
+async def test_ephemeral_key_cannot_mint_and_is_not_used_up_trying(
+    serve: ServerFactory,
+) -> None:
+    server = await serve(api_keys=[KEY])
+    value = (await mint(server, {})).json()["value"]
+    refused = await mint(server, {}, key=value)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "insufficient_permissions"
+    async with open_ws(server, additional_headers=bearer(value)) as ws:
+        await session_created(ws)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "param"),
+    [
+        (
+            {"session": {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}},
+            "unsupported_turn_detection",
+            "session.audio.input.turn_detection.type",
+        ),
+        ({"session": {"type": "transcription"}}, "invalid_value", "session.type"),
+        (
+            {"expires_after": {"anchor": "created_at", "seconds": 5}},
+            "invalid_value",
+            "expires_after.seconds",
+        ),
+        ({"expires_after": {"seconds": 7201}}, "invalid_value", "expires_after.seconds"),
+    ],
+)
+async def test_bad_client_secret_request_is_400(
+    server: RunningServer, body: dict[str, Any], code: str, param: str
+) -> None:
+    response = await mint(server, body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["code"] == code
+    assert error["param"] == param
+
+
+async def test_official_sdk_creates_a_client_secret_and_connects_with_it(
+    serve: ServerFactory,
+) -> None:
+    server = await serve(api_keys=[KEY])
+    base_url = f"{server.http_url}/v1"
+    async with AsyncOpenAI(base_url=base_url, api_key=KEY) as client:
+        secret = await client.realtime.client_secrets.create(
+            session={"type": "realtime", "instructions": "Be brief."},
+            expires_after={"anchor": "created_at", "seconds": 120},
+        )
+    assert secret.value.startswith("ek_")
+    assert secret.session.type == "realtime"
+    assert secret.session.instructions == "Be brief."
+
+    async with AsyncOpenAI(base_url=base_url, api_key=secret.value) as browser:
+        async with browser.realtime.connect(model="parley") as conn:
+            event = await asyncio.wait_for(conn.recv(), TIMEOUT_S)
+            assert event.type == "session.created"
+            assert event.session.instructions == "Be brief."
+
+    async with AsyncOpenAI(base_url=base_url, api_key="wrong") as stranger:
+        with pytest.raises(openai.AuthenticationError) as info:
+            await stranger.realtime.client_secrets.create()
+    assert info.value.code == "invalid_api_key"
+
+
+def test_key_store_caps_outstanding_keys_and_purges_expired_ones() -> None:
+    clock = [T0]
+    keys = KeyStore([KEY], now=lambda: clock[0], limit=2)
+    keys.issue("parley", None, ttl_s=10)
+    keys.issue("parley", None, ttl_s=20)
+    with pytest.raises(ApiError) as info:
+        keys.issue("parley", None, ttl_s=10)
+    assert info.value.status == 429
+    clock[0] = T0 + 10  # the first has expired: making a new one purges it
+    keys.issue("parley", None, ttl_s=10)
+    assert keys.outstanding == 2
+
+
+def test_presented_key() -> None:
+    assert presented_key({"authorization": f"bearer  {KEY} "}) == KEY
+    assert presented_key({}, ["realtime", f"openai-insecure-api-key.{KEY}"]) == KEY
+    assert presented_key({"authorization": f"Basic {KEY}"}, ["openai-insecure-api-key."]) is None
+
+
+def test_settings_read_comma_separated_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_API_KEYS", f" {KEY}, second ,")
+    assert Settings().api_keys == [KEY, "second"]
+    monkeypatch.setenv("PARLEY_API_KEYS", "ek_reserved")
+    with pytest.raises(ValueError, match="ek_"):
+        Settings()
+
+
+# --- session limit ------------------------------------------------------------------
+
+
+async def test_max_sessions_closes_the_extra_connection_with_1013(
+    serve: ServerFactory, apps: list[FastAPI]
+) -> None:
+    server = await serve(max_sessions=1)
+    async with open_ws(server) as first:
+        await session_created(first)
+        async with open_ws(server) as second:
+            with pytest.raises(ConnectionClosedError) as info:
+                await asyncio.wait_for(second.recv(), TIMEOUT_S)
+            assert info.value.rcvd is not None
+            assert info.value.rcvd.code == 1013
+            assert "try again later" in info.value.rcvd.reason
+        await first.send(json.dumps({"type": "session.update", "session": {"instructions": "x"}}))
+        assert (await until(first, "session.updated"))["session"]["instructions"] == "x"
+    # The server lets the slot go once the first session has wound down.
+    await asyncio.wait_for(apps[0].state.endpoint.drained.wait(), TIMEOUT_S)
+    async with open_ws(server) as third:
+        await session_created(third)
+
+
+async def test_max_sessions_holds_under_concurrent_handshakes(serve: ServerFactory) -> None:
+    server = await serve(max_sessions=2)
+
+    async def outcome(stack: contextlib.AsyncExitStack) -> int | str:
+        ws = await stack.enter_async_context(open_ws(server))
+        try:
+            return str((await next_event(ws))["type"])
+        except ConnectionClosedError as exc:
+            assert exc.rcvd is not None
+            return exc.rcvd.code
+
+    async with contextlib.AsyncExitStack() as stack:  # all stay open until the end
+        results = await asyncio.gather(*(outcome(stack) for _ in range(6)))
+    assert sorted(results, key=str) == [1013] * 4 + ["session.created"] * 2
+
+
+class _GatedSocket:
+    """Just enough of Starlette's WebSocket for `RealtimeEndpoint.handle`, whose
+    accept() waits for `gate`: a handshake held open as long as the test likes."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        self.scope: dict[str, Any] = {"subprotocols": []}
+        self.headers: dict[str, str] = {}
+        self.client_state = WebSocketState.CONNECTING
+        self.gate = gate
+        self.accepting = asyncio.Event()
+        self.close_code: int | None = None
+
+    async def accept(self, subprotocol: str | None = None) -> None:
+        self.accepting.set()
+        await self.gate.wait()
+        self.client_state = WebSocketState.CONNECTED
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        self.close_code = code
+        self.client_state = WebSocketState.DISCONNECTED
+
+    async def receive(self) -> dict[str, Any]:
+        return {"type": "websocket.disconnect", "code": 1000}
+
+    async def send_text(self, text: str) -> None:
+        pass
+
+
+async def test_max_sessions_counts_a_session_before_its_handshake_completes() -> None:
+    endpoint = create_app(Settings(**TEST_SETTINGS, max_sessions=1)).state.endpoint
+    gate = asyncio.Event()
+    first = _GatedSocket(gate)
+    first_handled = asyncio.create_task(endpoint.handle(first))
+    await asyncio.wait_for(first.accepting.wait(), TIMEOUT_S)
+    opened = asyncio.Event()
+    opened.set()
+    second = _GatedSocket(opened)
+    await asyncio.wait_for(endpoint.handle(second), TIMEOUT_S)
+    assert second.close_code == 1013
+    gate.set()
+    await asyncio.wait_for(first_handled, TIMEOUT_S)
+    assert first.close_code == 1000
+    assert endpoint.sessions == 0 and endpoint.drained.is_set()
+
+
+# --- serving beyond loopback without keys ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.5", False),
+        ("example.com", False),
+    ],
+)
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_exposure_warning_only_without_keys_beyond_loopback() -> None:
+    assert exposure_warning("127.0.0.1", []) is None
+    assert exposure_warning("0.0.0.0", [KEY]) is None
+    warning = exposure_warning("0.0.0.0", [])
+    assert warning is not None and "PARLEY_API_KEYS" in warning
+
+
+class _FakeUvicornServer:
+    def __init__(self, config: object) -> None:
+        self.started = True
+
+    def run(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("host", "warned"), [("0.0.0.0", True), ("127.0.0.1", False)])
+def test_cli_warns_when_serving_open_beyond_loopback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], host: str, warned: bool
+) -> None:
+    monkeypatch.delenv("PARLEY_API_KEYS", raising=False)
+    monkeypatch.setattr(cli.uvicorn, "Server", _FakeUvicornServer)
+    assert cli.main(["serve", "--host", host, "--executor", "scripted"]) == 0
+    stderr = capsys.readouterr().err
+    assert ("WARNING" in stderr and "0.0.0.0 with no API keys" in stderr) is warned
+
+
+async def test_app_logs_the_warning_at_startup(
+    serve: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="server.app"):
+        await serve(host="0.0.0.0")
+    assert any("no API keys" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,124 @@
+"""The executor contract: scenes every executor must play the same way, each driven
+through an in-process Session by a `Kit` that steers the executor's model.
+
+tests/models/test_executor_contract.py plays them on every executor Parley ships;
+tests/vllm/ plays them on a real vLLM engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.speech import load_wav, silence
+from models.base import Executor
+from tests.support.audio import say
+from tests.support.harness import Harness
+
+FAILURE = "the model backend is down for the test"
+
+
+@dataclass
+class Kit:
+    executor: Executor
+    hold: Callable[[], None]  # the model stalls before its next token
+    first_sentence: Callable[[], Awaitable[None]]  # lets exactly the first sentence out
+    free: Callable[[], Awaitable[None]]  # lets everything flow
+    fail: Callable[[], None]  # the next request fails at the backend
+    requests: Callable[[], int]  # requests that reached the model
+    # Returns once that request is stopped at the model (waits on `Harness.wait_until`).
+    stopped: Callable[[str, Harness], Awaitable[None]]
+    failure_text: str = FAILURE
+
+
+def done(h: Harness) -> list[dict[str, Any]]:
+    return h.responses_done()
+
+
+def audio_deltas(h: Harness, response_id: str) -> list[int]:
+    return [
+        i
+        for i, e in enumerate(h.events)
+        if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id
+    ]
+
+
+async def a_turn_is_answered_in_speech(kit: Kit) -> None:
+    async with Harness(kit.executor) as h:
+        await say(h, "weather")
+        await h.wait_until(lambda: len(done(h)) == 1)
+        response = done(h)[0]
+        assert response["status"] == "completed", response
+        assert audio_deltas(h, response["id"])
+        assert response["output"][0]["content"][0]["transcript"].strip()
+        assert kit.requests() == 1
+        assert not h.errors()
+
+
+async def barge_in_mid_stream_aborts_the_model(kit: Kit) -> None:
+    kit.hold()
+    async with Harness(kit.executor) as h:
+        await say(h, "weather")
+        await h.wait_until(lambda: len(h.of("response.created")) == 1)
+        first = h.of("response.created")[0]["response"]["id"]
+        await kit.first_sentence()
+        await h.wait_until(lambda: bool(audio_deltas(h, first)))
+        await say(h, "joke")  # the user talks over the answer
+        await h.wait_until(lambda: len(done(h)) >= 1)
+        cancelled = done(h)[0]
+        assert cancelled["id"] == first and cancelled["status"] == "cancelled"
+        assert cancelled["status_details"]["reason"] == "turn_detected"
+        await asyncio.wait_for(kit.stopped(first, h), 30)
+        await kit.free()
+        await h.wait_until(lambda: len(done(h)) == 2)
+        assert done(h)[1]["status"] == "completed"
+        done_at = h.index("response.done", **{"response.id": first})
+        assert all(i < done_at for i in audio_deltas(h, first))
+        assert not h.errors()
+
+
+async def cancel_before_the_first_token(kit: Kit) -> None:
+    kit.hold()
+    async with Harness(kit.executor) as h:
+        await h.send(
+            {
+                "type": "session.update",
+                "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+            }
+        )
+        await h.append(np.concatenate([load_wav("weather"), silence(300)]))
+        await h.send({"type": "input_audio_buffer.commit"})
+        await h.send({"type": "response.create"})
+        await h.wait_until(lambda: kit.requests() == 1)  # at the model, nothing out yet
+        rid = h.of("response.created")[0]["response"]["id"]
+        await h.send({"type": "response.cancel"})
+        await h.wait_until(lambda: len(done(h)) == 1)
+        cancelled = done(h)[0]
+        assert cancelled["status"] == "cancelled"
+        assert cancelled["status_details"]["reason"] == "client_cancelled"
+        assert audio_deltas(h, rid) == [] and cancelled["output"] == []
+        await asyncio.wait_for(kit.stopped(rid, h), 30)
+        await kit.free()
+        await h.send({"type": "response.create"})
+        await h.wait_until(lambda: len(done(h)) == 2)
+        assert done(h)[1]["status"] == "completed"
+        assert not h.errors()
+
+
+async def a_backend_failure_fails_the_response_and_the_session_lives(kit: Kit) -> None:
+    kit.fail()
+    async with Harness(kit.executor) as h:
+        await say(h, "weather")
+        await h.wait_until(lambda: len(done(h)) == 1)
+        failed = done(h)[0]
+        assert failed["status"] == "failed"
+        assert kit.failure_text in failed["status_details"]["error"]["message"]
+        await kit.free()  # the backend is back
+        await say(h, "joke")
+        await h.wait_until(lambda: len(done(h)) == 2)
+        assert done(h)[1]["status"] == "completed"
+        assert audio_deltas(h, done(h)[1]["id"])

@@ -1,0 +1,134 @@
+"""A protocol-level fake of vLLM's `AsyncLLM`, with the same call shapes:
+`generate(prompt, sampling_params, request_id)` is an async generator of
+RequestOutput-like objects carrying DELTA text and token ids, `abort(request_id)` is
+async, and a request aborted mid-stream ends with one last output whose
+`finish_reason` is "abort". As in vLLM 0.32, closing the generator alone does NOT
+end the request: it stays in `running` until aborted, so a test catches a missing
+abort.
+
+Staging: `hold()` makes each token wait for a permit (`release(n)`), `free()` lets
+them flow; `fail` makes the next `generate` raise, as a dead engine does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from models.audio_prompt import PromptStyle
+from models.vllm_engine import EngineLike, InstalledVllm, VllmOptions
+from tests.support.throttle import Throttled
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None = None
+    logprobs: Any = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int] | None
+    prompt_logprobs: Any
+    outputs: list[CompletionOutput]
+    finished: bool
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float
+    output_kind: str = "DELTA"
+
+
+def default_reply(prompt: dict[str, Any]) -> str:
+    clips = len(prompt.get("multi_modal_data", {}).get("audio", []))
+    return (
+        f"I heard {clips} clips. The fake engine answers in three sentences. This is the last one."
+    )
+
+
+@dataclass
+class FakeAsyncLLM(Throttled):
+    reply: Callable[[dict[str, Any]], str] = default_reply
+    fail: str | None = None  # the next generate raises this, before any output
+    requests: list[tuple[Any, SamplingParams, str]] = field(default_factory=list)
+    running: set[str] = field(default_factory=set)
+    aborted: list[str] = field(default_factory=list)
+    tokens_sent: dict[str, int] = field(default_factory=dict)
+    shut_down: bool = False
+    _abort: set[str] = field(default_factory=set)
+
+    async def generate(
+        self, prompt: Any, sampling_params: SamplingParams, request_id: str
+    ) -> AsyncGenerator[RequestOutput, None]:
+        if self.shut_down:
+            raise RuntimeError("engine is shut down")
+        if self.fail is not None:
+            message, self.fail = self.fail, None
+            raise RuntimeError(message)
+        self.requests.append((prompt, sampling_params, request_id))
+        self.running.add(request_id)
+        words = self.reply(prompt).split(" ")
+        cut = len(words) > sampling_params.max_tokens
+        words = words[: sampling_params.max_tokens]
+        token = 0
+
+        def output(text: str, ids: list[int], finish: str | None) -> RequestOutput:
+            completion = CompletionOutput(0, text, ids, finish_reason=finish)
+            return RequestOutput(request_id, None, None, None, [completion], finish is not None)
+
+        for i, word in enumerate(words):
+            await self.permit(lambda: request_id in self._abort)
+            if request_id in self._abort:
+                self.running.discard(request_id)
+                yield output("", [], "abort")
+                return
+            text = word if i == 0 else " " + word
+            last = i == len(words) - 1
+            finish = ("length" if cut else "stop") if last else None
+            if i == 1:
+                # A byte-level piece: token ids, no text yet (vLLM does this).
+                yield output("", [token], None)
+                token += 1
+            self.tokens_sent[request_id] = token + 1
+            if last:
+                self.running.discard(request_id)  # finished before its last output
+            yield output(text, [token], finish)
+            token += 1
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+        async with self.cond:
+            if request_id in self.running:
+                self._abort.add(request_id)
+            self.cond.notify_all()
+        # Like vLLM: the engine forgets the request now, whoever reads its stream.
+        self.running.discard(request_id)
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+class FakeVllm(InstalledVllm):
+    """The real backend's prompt code around a fake engine."""
+
+    def __init__(self, engine: FakeAsyncLLM | None = None) -> None:
+        super().__init__()
+        self.engine = engine if engine is not None else FakeAsyncLLM()
+        self.started: list[tuple[VllmOptions, PromptStyle]] = []
+
+    def start_engine(self, options: VllmOptions, style: PromptStyle) -> EngineLike:
+        self.started.append((options, style))
+        return self.engine
+
+    def sampling_params(self, *, max_tokens: int, temperature: float) -> Any:
+        return SamplingParams(max_tokens=max_tokens, temperature=temperature)
