@@ -6,7 +6,7 @@ The clip is the four speech fixtures joined with 1 s of silence (and 1 s
 before and after), clean and with white noise added. Each backend runs
 through VadStream + TurnDetector with the default ServerVadParams, and the
 turns are matched against the true utterances. Prints a table and writes
-bench/results/vad_backends.json. tests/test_vad_noise.py asserts on the same
+bench/results/vad_backends.json. tests/engine/test_vad_noise.py asserts on the same
 measurement.
 """
 
@@ -41,7 +41,7 @@ Span = tuple[int, int]  # ms
 
 
 def speech_extent_ms(pcm: Pcm16) -> Span:
-    """First and last 10 ms block with audible energy (as in tests/test_turns.py)."""
+    """First and last 10 ms block with audible energy (as in tests/engine/test_turns.py)."""
     blocks = pcm[: len(pcm) // 240 * 240].astype(float).reshape(-1, 240)
     loud = np.flatnonzero(np.sqrt((blocks**2).mean(axis=1)) > 100)
     return int(loud[0]) * 10, int(loud[-1] + 1) * 10

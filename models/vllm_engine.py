@@ -65,7 +65,7 @@ class VllmOptions:
 
 
 class EngineLike(Protocol):
-    """The part of vLLM's `AsyncLLM` Parley uses (see tests/fake_vllm.py)."""
+    """The part of vLLM's `AsyncLLM` Parley uses (see tests/support/fake_vllm.py)."""
 
     def generate(
         self, prompt: Any, sampling_params: Any, request_id: str

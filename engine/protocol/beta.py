@@ -22,7 +22,7 @@ through `to_beta_text`. The translation is pure and shape-only:
 
 Every other field is kept only if the beta type declares it. The ground truth is the
 SDK's beta union, `openai.types.beta.realtime.RealtimeServerEvent`, which
-tests/test_beta.py validates every translation against, strictly.
+tests/protocol/test_beta.py validates every translation against, strictly.
 """
 
 from __future__ import annotations

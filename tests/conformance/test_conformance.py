@@ -5,7 +5,7 @@ with the beta one (`client.beta.realtime.connect`), over a real uvicorn server
 (tests/conftest.py) with the scripted executor. Client events go out through the
 SDK's own typed methods; every server event received is validated strictly, GA
 ones against `RealtimeServerEvent`, beta ones against the SDK's beta union (both
-tests/sdk_check.py), before a test looks at it. Expectations
+tests/support/sdk_check.py), before a test looks at it. Expectations
 name events as each client knows them (GA `response.output_audio.delta`, beta
 `response.audio.delta`...).
 

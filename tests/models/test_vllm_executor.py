@@ -1,4 +1,4 @@
-"""The vllm executor against a protocol-level fake of AsyncLLM (tests/fake_vllm.py):
+"""The vllm executor against a protocol-level fake of AsyncLLM (tests/support/fake_vllm.py):
 DELTA streaming, speech per sentence, aborts, the engine's lifecycle, and the app
 and command line around it. vLLM itself is never imported here."""
 

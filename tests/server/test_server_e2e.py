@@ -1,7 +1,7 @@
 """End to end over a real server, with the official `openai` SDK as the client.
 
 Every server event is read raw (`recv_bytes`) and validated strictly against the
-SDK's types (tests/sdk_check.py) before the test looks at it.
+SDK's types (tests/support/sdk_check.py) before the test looks at it.
 """
 
 from __future__ import annotations

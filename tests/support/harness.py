@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.limits import EngineLimits
+from engine.observer import Observer
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
 from engine.vad import VadBackend, WebRtcVadBackend
@@ -31,10 +32,15 @@ class Harness:
         executor: Executor | None = None,
         vad: VadBackend | None = None,
         limits: EngineLimits | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.executor = executor if executor is not None else ScriptedExecutor()
         self.session = Session(
-            self.executor, vad or WebRtcVadBackend(), model="test", limits=limits
+            self.executor,
+            vad or WebRtcVadBackend(),
+            model="test",
+            limits=limits,
+            observer=observer,
         )
         self.events: list[dict[str, Any]] = []
         self.max_bytes = MAX_BYTES

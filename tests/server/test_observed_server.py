@@ -1,0 +1,54 @@
+"""A server made with `create_app(observer=…)`: the transport reports every parsed
+frame and stamps each append's arrival, which reaches the turn it ends."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import uvicorn
+from websockets.asyncio.client import connect
+
+from bench.speech import load_wav, silence
+from server.app import create_app
+from server.cli import uvicorn_options
+from server.config import Settings
+from tests.support.audio import CHUNK, b64_pcm
+from tests.support.events import Events
+from tests.support.recorder import Recorder
+from tests.support.servers import TEST_SETTINGS, bound_socket, serving
+
+
+async def test_frames_are_reported_and_an_append_carries_its_arrival() -> None:
+    recorder = Recorder()
+    settings = Settings(**TEST_SETTINGS)
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    options = {**uvicorn_options(settings), "port": port, "log_config": None}
+    config = uvicorn.Config(create_app(settings, observer=recorder), **options)
+    pcm = np.concatenate([silence(300), load_wav("timer"), silence(900)])
+    before = time.monotonic()
+    async with serving(config, sock, name="observed"):
+        async with connect(f"ws://127.0.0.1:{port}/v1/realtime") as ws:
+            events = Events(ws.recv)
+            await events.until("session.created")
+            update = {
+                "type": "realtime",
+                "audio": {"input": {"turn_detection": {"type": "server_vad"}}},
+            }
+            await ws.send(json.dumps({"type": "session.update", "session": update}))
+            frames = [pcm[i : i + CHUNK] for i in range(0, len(pcm), CHUNK)]
+            for frame in frames:
+                await ws.send(
+                    json.dumps({"type": "input_audio_buffer.append", "audio": b64_pcm(frame)})
+                )
+            await events.until("response.done")
+            await ws.send("not json")
+            await events.until("error")
+    parsed = [c[1] for c in recorder.calls if c[0] == "frame_parsed"]
+    assert parsed == ["session.update"] + ["input_audio_buffer.append"] * len(frames)
+    assert [c[1] for c in recorder.calls if c[0] == "error_sent"] == ["invalid_json"]
+    (stopped,) = [c for c in recorder.calls if c[0] == "speech_stopped"]
+    assert stopped[3] is not None and before < stopped[3] < time.monotonic()
+    assert recorder.names()[-1] == "session_closed"
