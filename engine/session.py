@@ -21,12 +21,7 @@ from dataclasses import dataclass
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
-    ConversationItemDeletedEvent,
     ConversationItemDone,
-    ConversationItemInputAudioTranscriptionCompletedEvent,
-    ConversationItemInputAudioTranscriptionDeltaEvent,
-    ConversationItemInputAudioTranscriptionFailedEvent,
-    ConversationItemTruncatedEvent,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
     InputAudioBufferSpeechStartedEvent,
@@ -36,16 +31,13 @@ from openai.types.realtime import (
     SessionCreatedEvent,
     SessionUpdatedEvent,
 )
-from openai.types.realtime.realtime_server_event import (
-    ConversationItemRetrieved,
-)
 
 from engine import protocol
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
 from engine.input_buffer import InputBuffer
-from engine.items import item_from_wire
+from engine.item_events import ItemEvents
 from engine.limits import EngineLimits
 from engine.observer import Observer
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
@@ -56,6 +48,7 @@ from engine.session_config import (
     apply_update,
     to_wire,
 )
+from engine.transcription import InputTranscription, TranscriptionFinished
 from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
@@ -70,14 +63,6 @@ log = logging.getLogger(__name__)
 class PreparationFinished:
     preparation: Preparation
     error: BaseException | None
-
-
-@dataclass(frozen=True)
-class TranscriptionFinished:
-    item_id: str
-    text: str | None
-    error: BaseException | None
-    audio_s: float
 
 
 @dataclass(frozen=True)
@@ -158,7 +143,8 @@ class Session:
         self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
         # The assistant was heard: the voice can no longer change.
         self._assistant_spoke = False
-        self._transcriptions: set[asyncio.Task[None]] = set()
+        self.items = ItemEvents(self.conversation, self.emit, self.ids, self.responder, self.outbox)
+        self.transcription = InputTranscription(executor, self.emit, self.conversation, self._post)
         self._mailbox: asyncio.Queue[Message] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self.limits.mailbox_slots)
 
@@ -186,7 +172,7 @@ class Session:
             and self.responder.active is None
             and self.responder.deferred is None
             and all(r.task.done() for r in self.prepares.tracked())
-            and not self._transcriptions
+            and self.transcription.idle()
         )
 
     async def run(self) -> None:
@@ -252,13 +238,13 @@ class Session:
             case protocol.ResponseCancel():
                 await self.responder.cancel(m)
             case protocol.ConversationItemTruncate():
-                await self._on_truncate(m)
+                await self.items.truncate(m)
             case protocol.ConversationItemCreate():
-                self._on_item_create(m)
+                self.items.create(m)
             case protocol.ConversationItemRetrieve():
-                self._on_item_retrieve(m)
+                self.items.retrieve(m)
             case protocol.ConversationItemDelete():
-                self._on_item_delete(m)
+                self.items.delete(m)
             case protocol.OutputAudioBufferClear():
                 await self.responder.clear_output(m)
             case Reject():
@@ -268,7 +254,7 @@ class Session:
             case ResponseFinished():
                 self.responder.finished(m)
             case TranscriptionFinished():
-                self._on_transcription_finished(m)
+                self.transcription.finished(m)
 
     def _error(self, exc: protocol.ProtocolError) -> None:
         self.emit.control(
@@ -429,50 +415,7 @@ class Session:
             label=item_id,
         )
         if self.config.input_transcription is not None:
-            task = asyncio.get_running_loop().create_task(self._transcribe(prompt_item))
-            self._transcriptions.add(task)
-            task.add_done_callback(self._transcriptions.discard)
-
-    async def _transcribe(self, item: PromptItem) -> None:
-        """Input transcription for the client; it never holds up a response."""
-        audio_s = 0.0 if item.audio is None else len(item.audio) / item.rate
-        try:
-            text = await self.executor.transcribe(item)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._post(TranscriptionFinished(item.id, None, exc, audio_s))
-        else:
-            self._post(TranscriptionFinished(item.id, text, None, audio_s))
-
-    def _on_transcription_finished(self, m: TranscriptionFinished) -> None:
-        item = self.conversation.get(m.item_id)
-        if item is None:
-            return
-        if m.text is None:
-            reason = str(m.error) if m.error else "this model does not transcribe input audio"
-            self.emit.control(
-                ConversationItemInputAudioTranscriptionFailedEvent,
-                item_id=m.item_id,
-                content_index=0,
-                error={"type": "server_error", "code": "transcription_failed", "message": reason},
-            )
-            return
-        item.transcript = m.text
-        # Whisper is not streaming: the whole text is one delta, then completed.
-        self.emit.control(
-            ConversationItemInputAudioTranscriptionDeltaEvent,
-            item_id=m.item_id,
-            content_index=0,
-            delta=m.text,
-        )
-        self.emit.control(
-            ConversationItemInputAudioTranscriptionCompletedEvent,
-            item_id=m.item_id,
-            content_index=0,
-            transcript=m.text,
-            usage={"type": "duration", "seconds": round(m.audio_s, 3)},
-        )
+            self.transcription.start(prompt_item)
 
     def _on_clear(self) -> None:
         self.decoder.reset()
@@ -514,95 +457,6 @@ class Session:
             self.detector = self._new_detector()
         self.emit.control(SessionUpdatedEvent, session=to_wire(self.config))
 
-    # --- conversation items ---------------------------------------------------------------
-
-    def _item_or_error(self, item_id: str, event_id: str | None) -> Item:
-        item = self.conversation.get(item_id)
-        if item is None:
-            raise protocol.ProtocolError(
-                "item_not_found", f"Item '{item_id}' does not exist.", "item_id", event_id
-            )
-        return item
-
-    def _on_item_create(self, event: protocol.ConversationItemCreate) -> None:
-        item = item_from_wire(event.item, self.ids.new, event_id=event.event_id)
-        if self.conversation.get(item.id) is not None:
-            raise protocol.ProtocolError(
-                "invalid_value",
-                f"An item with id '{item.id}' already exists.",
-                "item.id",
-                event.event_id,
-            )
-        previous = event.previous_item_id
-        if previous is None:
-            previous = self.conversation.items[-1].id if self.conversation.items else None
-        elif previous == "root":
-            previous = None
-        elif self.conversation.get(previous) is None:
-            raise protocol.ProtocolError(
-                "item_not_found",
-                f"previous_item_id '{previous}' does not exist.",
-                "previous_item_id",
-                event.event_id,
-            )
-        self.conversation.insert_after(item, previous)
-        self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
-        self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
-
-    def _on_item_retrieve(self, event: protocol.ConversationItemRetrieve) -> None:
-        item = self._item_or_error(event.item_id, event.event_id)
-        self.emit.control(ConversationItemRetrieved, item=item.wire(with_audio=True))
-
-    def _on_item_delete(self, event: protocol.ConversationItemDelete) -> None:
-        item = self._item_or_error(event.item_id, event.event_id)
-        if self.responder.holds_item(item.id):
-            raise protocol.ProtocolError(
-                "invalid_value",
-                "This item belongs to the response in progress; cancel it first.",
-                "item_id",
-                event.event_id,
-            )
-        self.conversation.remove(item.id)
-        self.emit.control(ConversationItemDeletedEvent, item_id=item.id)
-
-    async def _on_truncate(self, event: protocol.ConversationItemTruncate) -> None:
-        item = self.conversation.get(event.item_id)
-        if item is None:
-            raise protocol.ProtocolError(
-                "item_not_found",
-                f"Item '{event.item_id}' does not exist.",
-                "item_id",
-                event.event_id,
-            )
-        if item.role != "assistant" or item.kind != "message" or item.text is not None:
-            raise protocol.ProtocolError(
-                "invalid_value",
-                "Only assistant audio items can be truncated.",
-                "item_id",
-                event.event_id,
-            )
-        if event.content_index != 0:
-            raise protocol.ProtocolError(
-                "invalid_value",
-                "The item has one content part: use content_index 0.",
-                "content_index",
-                event.event_id,
-            )
-        active = self.responder.active
-        if active is not None and active.item_id == item.id:
-            # The client stopped playing the response being generated: the rest of it
-            # would never be heard.
-            await self.responder.cancel_active("client_cancelled")
-        sent = self.outbox.sent_samples.get(item.id, 0)
-        available = min(sent, 0 if item.audio is None else len(item.audio))
-        end_ms = self.conversation.truncate(item, event.audio_end_ms, available)
-        self.emit.control(
-            ConversationItemTruncatedEvent,
-            item_id=item.id,
-            content_index=0,
-            audio_end_ms=end_ms,
-        )
-
     # --- responses ------------------------------------------------------------------------
 
     def _on_response_ended(self, ended: ResponseEnded) -> None:
@@ -618,8 +472,7 @@ class Session:
     async def _shutdown(self) -> None:
         """The connection is gone: stop the model and every task, bounded."""
         await self.responder.shutdown()
-        for task in self._transcriptions:
-            task.cancel()
+        self.transcription.cancel_all()
         await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()
         if self.observer is not None:

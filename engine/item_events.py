@@ -1,0 +1,122 @@
+"""Client events that edit the conversation: `conversation.item.create`, `.retrieve`,
+`.delete` and `.truncate`. Handled on the session's task; the session owns one
+`ItemEvents`. Items of the response in progress are the Responder's to settle."""
+
+from __future__ import annotations
+
+from openai.types.realtime import (
+    ConversationItemAdded,
+    ConversationItemDeletedEvent,
+    ConversationItemDone,
+    ConversationItemTruncatedEvent,
+)
+from openai.types.realtime.realtime_server_event import ConversationItemRetrieved
+
+from engine import protocol
+from engine.conversation import Conversation, Item
+from engine.emitter import Emitter, Ids, Outbox
+from engine.items import item_from_wire
+from engine.responder import Responder
+
+
+class ItemEvents:
+    def __init__(
+        self,
+        conversation: Conversation,
+        emit: Emitter,
+        ids: Ids,
+        responder: Responder,
+        outbox: Outbox,
+    ) -> None:
+        self._conversation = conversation
+        self._emit = emit
+        self._ids = ids
+        self._responder = responder
+        self._outbox = outbox  # its sent-audio ledger bounds a truncation
+
+    def _get(self, item_id: str, event_id: str | None) -> Item:
+        item = self._conversation.get(item_id)
+        if item is None:
+            raise protocol.ProtocolError(
+                "item_not_found", f"Item '{item_id}' does not exist.", "item_id", event_id
+            )
+        return item
+
+    def create(self, event: protocol.ConversationItemCreate) -> None:
+        item = item_from_wire(event.item, self._ids.new, event_id=event.event_id)
+        if self._conversation.get(item.id) is not None:
+            raise protocol.ProtocolError(
+                "invalid_value",
+                f"An item with id '{item.id}' already exists.",
+                "item.id",
+                event.event_id,
+            )
+        previous = event.previous_item_id
+        if previous is None:
+            previous = self._conversation.items[-1].id if self._conversation.items else None
+        elif previous == "root":
+            previous = None
+        elif self._conversation.get(previous) is None:
+            raise protocol.ProtocolError(
+                "item_not_found",
+                f"previous_item_id '{previous}' does not exist.",
+                "previous_item_id",
+                event.event_id,
+            )
+        self._conversation.insert_after(item, previous)
+        self._emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
+        self._emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
+
+    def retrieve(self, event: protocol.ConversationItemRetrieve) -> None:
+        item = self._get(event.item_id, event.event_id)
+        self._emit.control(ConversationItemRetrieved, item=item.wire(with_audio=True))
+
+    def delete(self, event: protocol.ConversationItemDelete) -> None:
+        item = self._get(event.item_id, event.event_id)
+        if self._responder.holds_item(item.id):
+            raise protocol.ProtocolError(
+                "invalid_value",
+                "This item belongs to the response in progress; cancel it first.",
+                "item_id",
+                event.event_id,
+            )
+        self._conversation.remove(item.id)
+        self._emit.control(ConversationItemDeletedEvent, item_id=item.id)
+
+    async def truncate(self, event: protocol.ConversationItemTruncate) -> None:
+        item = self._conversation.get(event.item_id)
+        if item is None:
+            raise protocol.ProtocolError(
+                "item_not_found",
+                f"Item '{event.item_id}' does not exist.",
+                "item_id",
+                event.event_id,
+            )
+        if item.role != "assistant" or item.kind != "message" or item.text is not None:
+            raise protocol.ProtocolError(
+                "invalid_value",
+                "Only assistant audio items can be truncated.",
+                "item_id",
+                event.event_id,
+            )
+        if event.content_index != 0:
+            raise protocol.ProtocolError(
+                "invalid_value",
+                "The item has one content part: use content_index 0.",
+                "content_index",
+                event.event_id,
+            )
+        active = self._responder.active
+        if active is not None and active.item_id == item.id:
+            # The client stopped playing the response being generated: the rest of it
+            # would never be heard.
+            await self._responder.cancel_active("client_cancelled")
+        sent = self._outbox.sent_samples.get(item.id, 0)
+        available = min(sent, 0 if item.audio is None else len(item.audio))
+        end_ms = self._conversation.truncate(item, event.audio_end_ms, available)
+        self._emit.control(
+            ConversationItemTruncatedEvent,
+            item_id=item.id,
+            content_index=0,
+            audio_end_ms=end_ms,
+        )
