@@ -205,16 +205,24 @@ class Responder:
         self._emit.control(OutputAudioBufferCleared, response_id=last)
 
     async def shutdown(self) -> None:
-        """The connection is gone: stop the active response's model and task, bounded."""
+        """The connection is gone: stop every response's model request and task, the
+        conversation's and the out-of-band ones alike (nobody is left to hear them),
+        each fenced first; the aborts run together, each bounded, then one bounded wait."""
         self._closed = True
         self.deferred = None
+        ending = [*self._oob.values()]
         if self.active is not None:
-            resp, self.active = self.active, None
-            self.epoch += 1
-            await self._abort(resp)
-            if resp.task is not None:
-                resp.task.cancel()
-                await asyncio.wait([resp.task], timeout=self._limits.abort_timeout_s)
+            ending.append(self.active)
+            self.active = None
+        self.epoch += 1
+        self._oob.clear()
+        self._oob_epochs.clear()
+        await asyncio.gather(*(self._abort(resp) for resp in ending))
+        tasks = [resp.task for resp in ending if resp.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._limits.abort_timeout_s)
 
     # --- a response's life -----------------------------------------------------------
 

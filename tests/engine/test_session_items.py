@@ -363,3 +363,23 @@ async def test_g711_in_and_out_with_real_speech() -> None:
         assert len(InputDecoder(PCMU).decode(data)) > len(speech) - 24 * 80
         assert PCMA.rate == 8000
         assert not h.errors()
+
+
+async def test_out_of_band_responses_end_with_their_session() -> None:
+    """A client that starts answers outside the conversation and leaves: every model
+    request is aborted and every response task ends with the session."""
+    executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0))
+    async with Harness(executor) as h:
+        await h.send({"type": "response.create"})
+        for _ in range(2):
+            await h.send({"type": "response.create", "response": {"conversation": "none"}})
+        await h.run_until(lambda: len(h.of("response.created")) == 3)
+        ids = [e["response"]["id"] for e in h.of("response.created")]
+        tasks = [
+            task
+            for task in asyncio.all_tasks()
+            if task.get_name() in {f"response:{i}" for i in ids}
+        ]
+        assert len(tasks) == 3
+    assert sorted(executor.aborted) == sorted(ids)
+    assert all(task.done() for task in tasks)
