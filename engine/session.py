@@ -302,6 +302,7 @@ class Session:
         self.buffer.append(pcm)
         detector = self.detector  # only this task replaces it, and not while here
         if detector is None:
+            self.vad.skip(len(pcm))  # the VAD clock stays on the input clock
             return
         frames = await self.vad.score(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         for turn_event in detector.feed(frames):
