@@ -158,7 +158,7 @@ class Actor:
         end = time.monotonic() + timeout_s
         while not ready():
             if time.monotonic() > end:
-                self.tally.timeouts[name] += 1
+                self.tally.timeout(name, list(conn.recent))
                 return False
             await self.paced(conn, self.audio.silence)
         return True
@@ -168,7 +168,7 @@ class Actor:
             return True
         if conn.closed:
             raise Dropped
-        self.tally.timeouts[name] += 1
+        self.tally.timeout(name, list(conn.recent))
         return False
 
     async def think(self, conn: Conn) -> None:
@@ -259,7 +259,7 @@ class Actor:
             elif conn.closed:
                 raise Dropped
             else:
-                self.tally.timeouts["manual"] += 1
+                self.tally.timeout("manual", list(conn.recent))
         finally:
             if not conn.closed:
                 updated = conn.count("session.updated")

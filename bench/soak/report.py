@@ -28,6 +28,7 @@ def build(options: Options, outcome: Outcome, machine: dict[str, Any]) -> dict[s
         "latency_ms": {k: dist(v) for k, v in sorted(tally.latency_ms.items())},
         "actions": dict(tally.actions.most_common()),
         "timeouts": dict(tally.timeouts.most_common()),
+        "timeout_examples": tally.timeout_examples,
         "response_statuses": dict(tally.statuses.most_common()),
         "barge_ins": dict(tally.barge_ins),
         "connections": tally.connections,

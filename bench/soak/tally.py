@@ -17,6 +17,7 @@ class Tally:
     closes: Counter[str] = field(default_factory=Counter)  # close codes; "abort": ours
     actions: Counter[str] = field(default_factory=Counter)  # actions run, by name
     timeouts: Counter[str] = field(default_factory=Counter)  # actions that saw no answer
+    timeout_examples: dict[str, list[str]] = field(default_factory=dict)  # the events before
     statuses: Counter[str] = field(default_factory=Counter)  # response.done statuses
     barge_ins: Counter[str] = field(default_factory=Counter)  # "cancelled" / "finished first"
     latency_ms: dict[str, list[float]] = field(default_factory=dict)
@@ -27,6 +28,10 @@ class Tally:
     def error(self, code: str, message: str) -> None:
         self.errors[code] += 1
         self.error_examples.setdefault(code, message[:200])
+
+    def timeout(self, name: str, recent: list[str]) -> None:
+        self.timeouts[name] += 1
+        self.timeout_examples.setdefault(name, recent)
 
     def latency(self, kind: str, ms: float) -> None:
         values = self.latency_ms.setdefault(kind, [])

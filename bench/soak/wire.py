@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from websockets.exceptions import ConnectionClosed
 from bench.soak.tally import Tally
 
 KEEP_RESPONSES = 64  # finished responses remembered per connection
+KEEP_EVENTS = 40  # the latest event types, to show what preceded a timeout
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Conn:
         self.ws, self.tally = ws, tally
         self.responses: dict[str, ResponseSeen] = {}
         self.counts: dict[str, int] = {}  # events received, by type
+        self.recent: deque[str] = deque(maxlen=KEEP_EVENTS)  # sent ">type", received type
         self.last_committed_t: float | None = None
         self.errors = 0
         self.closed = False  # no more events will come
@@ -57,7 +60,12 @@ class Conn:
         return Conn(ws, tally)
 
     async def send(self, event: dict[str, Any] | str) -> None:
-        await self.ws.send(event if isinstance(event, str) else json.dumps(event))
+        if isinstance(event, dict):
+            self.recent.append(f">{event.get('type')}")
+            event = json.dumps(event)
+        elif not event.startswith('{"type": "input_audio_buffer.append"'):
+            self.recent.append(">" + event[:40])
+        await self.ws.send(event)
 
     def count(self, kind: str) -> int:
         return self.counts.get(kind, 0)
@@ -93,6 +101,8 @@ class Conn:
 
     def _handle(self, event: dict[str, Any], now: float) -> None:
         kind = str(event.get("type"))
+        if kind != "response.output_audio.delta":
+            self.recent.append(kind)
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if kind == "response.output_audio.delta":
             seen = self.responses.get(event.get("response_id", ""))
@@ -106,10 +116,13 @@ class Conn:
             seen = self.responses.setdefault(response["id"], ResponseSeen(now))
             seen.done_t, seen.status = now, response["status"]
             self.tally.statuses[response["status"]] += 1
+            # Out-of-band answers' items are not in the conversation: not truncatable.
+            in_band = response.get("conversation_id") is not None
             seen.audio_items = [
                 o["id"]
                 for o in response.get("output") or []
-                if o.get("type") == "message"
+                if in_band
+                and o.get("type") == "message"
                 and any(c.get("type") == "output_audio" for c in o.get("content") or [])
             ]
         elif kind == "input_audio_buffer.committed":
