@@ -10,11 +10,13 @@ writes it (`session.tools[0].name`). A new field is covered by being declared.
 from __future__ import annotations
 
 import json
+import re
 import types
 import typing
 from collections.abc import Iterator
 from typing import Any
 
+import openai.types.realtime as sdk_types
 import pytest
 from pydantic import BaseModel
 
@@ -257,3 +259,125 @@ def test_unions_and_enums_name_the_field(event: dict[str, Any], param: str, mess
 )
 def test_every_union_member_is_still_accepted(session: dict[str, Any]) -> None:
     parse_client_event(json.dumps({"type": "session.update", "session": session}), 1 << 20)
+
+
+# --- the field types are the SDK's -------------------------------------------------------
+
+# Each event model's counterpart in the official SDK, the authority on field types.
+SDK_EVENTS = {
+    kind: getattr(sdk_types, name)
+    for kind, name in {
+        "session.update": "SessionUpdateEvent",
+        "input_audio_buffer.commit": "InputAudioBufferCommitEvent",
+        "input_audio_buffer.clear": "InputAudioBufferClearEvent",
+        "response.create": "ResponseCreateEvent",
+        "response.cancel": "ResponseCancelEvent",
+        "conversation.item.truncate": "ConversationItemTruncateEvent",
+        "conversation.item.create": "ConversationItemCreateEvent",
+        "conversation.item.retrieve": "ConversationItemRetrieveEvent",
+        "conversation.item.delete": "ConversationItemDeleteEvent",
+        "output_audio_buffer.clear": "OutputAudioBufferClearEvent",
+    }.items()
+}
+# Beta spellings: GA clients never send them, the beta SDK types them alike.
+BETA_ONLY = re.compile(
+    r"session\.(modalities|voice|input_audio_format|output_audio_format|turn_detection"
+    r"|input_audio_transcription|max_response_output_tokens)\b|\.max_response_output_tokens$"
+    r"|response\.modalities$"
+)
+
+# Kinds the SDK types a field with that Parley refuses, and why.
+NOT_TAKEN: dict[str, set[Any]] = {
+    "session.audio.output.voice": {"object"},  # a custom voice: {"id": ...}
+}
+
+
+def kinds(annotation: Any) -> set[Any]:
+    """The JSON kinds a (stripped) annotation takes."""
+    annotation, _ = _strip(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(kinds(member) for member in typing.get_args(annotation)))
+    if origin is typing.Literal:
+        return {type(value) for value in typing.get_args(annotation)}
+    if origin is list:
+        return {"array"}
+    if origin is dict or _is_model(annotation) or annotation in (object, Any):
+        return {"object"}
+    if annotation is type(None):
+        return set()
+    return {annotation}
+
+
+def leaves(annotation: Any, path: tuple[str | int, ...] = ()) -> Iterator[Any]:
+    """(path, annotation) of every field nested in `annotation`."""
+    annotation, _ = _strip(annotation)
+    origin = typing.get_origin(annotation)
+    if _is_model(annotation):
+        for name, field in annotation.model_fields.items():
+            yield (*path, name), field.annotation
+            yield from leaves(field.annotation, (*path, name))
+    elif origin is list:
+        yield from leaves(typing.get_args(annotation)[0], (*path, 0))
+    elif origin in (typing.Union, types.UnionType):
+        for member in typing.get_args(annotation):
+            yield from leaves(member, path)
+
+
+def sdk_at(annotation: Any, path: tuple[str | int, ...]) -> set[Any] | None:
+    """The kinds the SDK takes at `path`, or None where no SDK type has it."""
+    annotation, _ = _strip(annotation)
+    if not path:
+        return kinds(annotation)
+    origin = typing.get_origin(annotation)
+    step, rest = path[0], path[1:]
+    if origin in (typing.Union, types.UnionType):
+        found = [sdk_at(member, path) for member in typing.get_args(annotation)]
+        hits = [f for f in found if f is not None]
+        return set().union(*hits) if hits else None
+    if origin is list and isinstance(step, int):
+        return sdk_at(typing.get_args(annotation)[0], rest)
+    if _is_model(annotation) and isinstance(step, str) and step in annotation.model_fields:
+        return sdk_at(annotation.model_fields[step].annotation, rest)
+    return None
+
+
+def test_every_field_takes_the_json_kinds_the_sdk_types_it_with() -> None:
+    checked = 0
+    unknown = []
+    for kind, model in EVENT_MODELS.items():
+        for path, annotation in leaves(model):
+            param = ".".join(str(p) for p in path)
+            if path[-1] == "type" or BETA_ONLY.search(param):
+                continue
+            ours = kinds(annotation)
+            sdk = sdk_at(SDK_EVENTS[kind], path)
+            if sdk is None:
+                unknown.append(f"{kind}:{param}")
+                continue
+            # Nothing the SDK refuses is taken, nothing it takes refused (but custom
+            # voices, objects, which Parley has none of). A float takes an integer too.
+            sdk_json = sdk | ({int} if float in sdk else set())
+            ours_json = ours | ({int} if float in ours else set())
+            assert ours <= sdk_json, f"{kind}:{param}: ours {ours}, the SDK's {sdk}"
+            missing = sdk_json - ours_json - NOT_TAKEN.get(param, set())
+            assert not missing, f"{kind}:{param}: ours {ours}, the SDK's {sdk}"
+            checked += 1
+    assert checked > 40
+    # Fields Parley reads that this SDK does not type (none at the time of writing).
+    assert unknown == []
+
+
+def test_every_event_model_is_strict() -> None:
+    """The kinds above are what is taken only if no model coerces."""
+    models = set(EVENT_MODELS.values())
+    for model in EVENT_MODELS.values():
+        for _, annotation in leaves(model):
+            for member in [_strip(annotation)[0], *_members(_strip(annotation)[0])]:
+                while typing.get_origin(member) is list:
+                    member = _strip(typing.get_args(member)[0])[0]
+                if _is_model(member):
+                    models.add(member)
+    assert len(models) > 15
+    lax = [model.__name__ for model in models if not model.model_config.get("strict")]
+    assert lax == []
