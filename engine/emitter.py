@@ -161,8 +161,17 @@ class Emitter:
         return event, event.model_dump_json(exclude_unset=True)
 
     def control(self, cls: type[SdkModel], **fields: Any) -> None:
+        self.send(self.build(cls, **fields))
+
+    def build(self, cls: type[SdkModel], **fields: Any) -> OutEvent:
+        """A control event, serialized but not queued: for a change that is made
+        only once its event is known to serialize (then `send` it)."""
         _, text = self._event(cls, fields)
-        self.outbox.put_control(OutEvent(text, _TYPES[cls]))
+        return OutEvent(text, _TYPES[cls])
+
+    def send(self, event: OutEvent) -> None:
+        """Queue a control event from `build`."""
+        self.outbox.put_control(event)
 
     async def output(
         self,

@@ -49,7 +49,7 @@ from engine.session_config import (
     to_wire,
 )
 from engine.transcription import InputTranscription, TranscriptionFinished
-from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
+from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
 
@@ -117,7 +117,7 @@ class Session:
         self.buffer = InputBuffer(PCM_RATE)
         self.decoder = InputDecoder(self.config.input_format)
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
-        self.detector: TurnDetector | None = self._new_detector()
+        self.detector: TurnDetector | None = self._new_detector(self.config.turn_detection)
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
@@ -272,8 +272,7 @@ class Session:
 
     # --- input audio ------------------------------------------------------------------
 
-    def _new_detector(self) -> TurnDetector | None:
-        params = self.config.turn_detection
+    def _new_detector(self, params: ServerVadParams | None) -> TurnDetector | None:
         if params is None:
             return None
         detector = TurnDetector(params)
@@ -446,17 +445,36 @@ class Session:
     # --- session configuration ----------------------------------------------------------
 
     def _on_session_update(self, event: protocol.SessionUpdate) -> None:
+        """Validate, then apply: the new config, its decoder and detector and the
+        `session.updated` event are all built first; only when every step succeeded
+        does anything change, so a refused update leaves the session as it was."""
         old = self.config
-        self.config = apply_update(
+        new = apply_update(
             old, event.session, audio_started=self._assistant_spoke, event_id=event.event_id
         )
-        if self.config.input_format != old.input_format:
-            self.decoder = InputDecoder(self.config.input_format)
-        if self.config.turn_detection != old.turn_detection:
+        decoder = InputDecoder(new.input_format) if new.input_format != old.input_format else None
+        vad_changed = new.turn_detection != old.turn_detection
+        detector = self._new_detector(new.turn_detection) if vad_changed else None
+        try:
+            updated = self.emit.build(SessionUpdatedEvent, session=to_wire(new))
+        except Exception:  # building has no side effects: refuse, keep the session
+            log.warning(
+                "session %s: session.update not serializable", self.session_id, exc_info=True
+            )
+            raise protocol.ProtocolError(
+                "invalid_value",
+                "The session configuration cannot be represented; the session is unchanged.",
+                "session",
+                event.event_id,
+            ) from None
+        self.config = new
+        if decoder is not None:
+            self.decoder = decoder
+        if vad_changed:
             self._speech = None
             self.vad.reset()
-            self.detector = self._new_detector()
-        self.emit.control(SessionUpdatedEvent, session=to_wire(self.config))
+            self.detector = detector
+        self.emit.send(updated)
 
     # --- responses ------------------------------------------------------------------------
 
