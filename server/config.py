@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     max_sessions: int | None = Field(default=None, ge=1)
     # Lifetime of a client secret made without `expires_after` (OpenAI's default).
     ephemeral_ttl_s: int = Field(default=600, ge=10, le=7200)
+    # Signs ephemeral keys (HMAC-SHA256), so that any process holding it accepts the
+    # keys of any other: give every replica the same one. None: `parley serve` makes
+    # one at start and shares it with its --workers (replicas then refuse each
+    # other's keys). At least 32 characters, e.g. `openssl rand -base64 32`.
+    key_secret: SecretStr | None = Field(default=None, min_length=32)
 
     @field_validator("log_level", mode="before")
     @classmethod
