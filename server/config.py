@@ -16,7 +16,10 @@ TtsEngineName = Literal["auto", "piper", "flite"]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PARLEY_", extra="ignore")
+    # Errors name the setting and the rule, never the value: some are secrets.
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_", extra="ignore", hide_input_in_errors=True
+    )
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -75,7 +78,7 @@ class Settings(BaseSettings):
     # keys of any other: give every replica the same one. None: `parley serve` makes
     # one at start and shares it with its --workers (replicas then refuse each
     # other's keys). At least 32 characters, e.g. `openssl rand -base64 32`.
-    key_secret: SecretStr | None = Field(default=None, min_length=32)
+    key_secret: SecretStr | None = None
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -88,6 +91,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value
+
+    @field_validator("key_secret")
+    @classmethod
+    def _long_enough(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is not None and len(secret.get_secret_value()) < 32:
+            raise ValueError("the key secret must be at least 32 characters long")
+        return secret
 
     @field_validator("api_keys")
     @classmethod
