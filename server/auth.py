@@ -19,8 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from openai.types.realtime import SessionCreatedEvent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.emitter import build
 from engine.protocol import ProtocolError, SessionIn, normalize_session, validation_error
 from engine.session_config import SessionConfig, apply_update, to_wire
 from server.ephemeral_keys import (
@@ -159,10 +161,8 @@ class KeyStore:
                 model=model,
                 preset=preset,
             )
-        except PresetNotEncodable as exc:
-            raise ApiError(
-                400, "invalid_value", f"The session cannot be stored in a key: {exc}.", "session"
-            ) from None
+        except PresetNotEncodable:
+            raise _unwritable() from None
         except KeyTooLarge as exc:
             raise ApiError(
                 400,
@@ -240,15 +240,30 @@ def create_client_secret(
         except ProtocolError as exc:
             raise _bad_request(exc) from None
     ttl = request.expires_after.seconds if request.expires_after else default_ttl_s
+    # Written out as session.created will write it, so that a session too deep for
+    # its events is refused now, not when the key opens it.
+    wire = to_wire(config)
+    try:
+        build(SessionCreatedEvent, "event_check", session=wire).model_dump_json()
+    except (ValueError, RecursionError):
+        raise _unwritable() from None
     value, expires_at = keys.issue(model, preset, ttl)
     session = {"id": "sess_" + secrets.token_hex(12), "object": "realtime.session"}
-    body = {"value": value, "expires_at": expires_at, "session": session | to_wire(config)}
+    body = {"value": value, "expires_at": expires_at, "session": session | wire}
     try:
         return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
-    except (ValueError, RecursionError) as exc:
-        raise ApiError(
-            400, "invalid_value", f"The session cannot be written out: {exc}.", "session"
-        ) from None
+    except (ValueError, RecursionError):
+        raise _unwritable() from None
+
+
+def _unwritable() -> ApiError:
+    return ApiError(
+        400,
+        "invalid_value",
+        "The session cannot be written out as JSON: it is nested too deeply (as a tool's "
+        "parameters schema can be) or holds a value JSON cannot carry (NaN, Infinity).",
+        "session",
+    )
 
 
 def _bad_request(exc: ProtocolError) -> ApiError:

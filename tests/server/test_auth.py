@@ -31,8 +31,10 @@ from server.auth import (
     KEY_SUBPROTOCOL,
     ApiError,
     KeyStore,
+    create_client_secret,
     exposure_warning,
     is_loopback,
+    parse_client_secret_request,
     presented_key,
 )
 from server.config import Settings
@@ -333,6 +335,32 @@ async def test_a_preset_that_cannot_be_serialized_is_400_and_gives_no_key(
     value = (await mint(server, {})).json()["value"]
     async with open_ws(server, additional_headers=bearer(value)) as ws:
         await session_created(ws)
+
+
+async def test_the_deepest_preset_that_mints_opens_a_session(serve: ServerFactory) -> None:
+    """Every key handed out opens a session: a preset just shallow enough to mint is
+    not too deep for session.created."""
+    secret = "s" * 32
+    server = await serve(key_secret=secret)
+    keys = KeyStore([], secret)
+    value = ""
+    for levels in range(1, 400):
+        body = {"session": {"tools": [{"name": "f", "parameters": deep_schema(levels)}]}}
+        try:
+            minted = create_client_secret(
+                keys,
+                parse_client_secret_request(json.dumps(body).encode()),
+                default_model="parley",
+                default_ttl_s=60,
+            )
+        except ApiError as refused:
+            assert refused.status == 400
+            break
+        value = json.loads(minted)["value"]
+    assert value and levels < 300
+    async with open_ws(server, additional_headers=bearer(value)) as ws:
+        tools = (await session_created(ws))["tools"]
+    assert tools[0]["parameters"] == deep_schema(levels - 1)
 
 
 async def test_a_preset_too_large_for_a_key_is_400_naming_the_limit(
