@@ -133,7 +133,11 @@ def test_only_what_this_build_writes_is_accepted_even_when_signed() -> None:
         json.dumps({"v": 2, "id": "k", "exp": T0 + 60, "model": "m", "session": None}).encode(),
         json.dumps({"v": 1, "exp": T0 + 60}).encode(),
         json.dumps({"v": 1, "id": "k", "exp": "soon", "model": "m", "session": None}).encode(),
-        b'{"v": 1, "pad": "' + b" " * (4 * 1024 * 1024) + b'"}',
+        # Valid but for its size: 4 MiB inflated from a key of 5 KiB.
+        json.dumps(
+            {"v": 1, "id": "k", "exp": T0 + 60, "model": "m", "session": None}
+            | {"pad": " " * (4 * 1024 * 1024)}
+        ).encode(),
     ):
         signed = "ek_" + _b64encode(zlib.compress(payload, 9))
         assert verify(SECRET, f"{signed}.{_signature(SECRET, signed)}", T0) is None
