@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from engine.observer import Observer
@@ -31,6 +31,7 @@ from server.auth import (
     presented_key,
 )
 from server.config import Settings
+from server.ephemeral_keys import new_key_secret
 from server.realtime import RealtimeEndpoint
 
 if TYPE_CHECKING:
@@ -138,7 +139,10 @@ def create_app(
                 await model_executor.aclose()
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
-    keys = KeyStore(settings.api_keys)
+    # Without a configured secret this process signs with its own: its keys work
+    # here only (`parley serve --workers` shares one, server/cli.py).
+    secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
+    keys = KeyStore(settings.api_keys, secret)
     endpoint = RealtimeEndpoint(settings, model_executor, vad, keys, observer)
     app.state.keys = keys
     app.state.endpoint = endpoint
@@ -167,18 +171,19 @@ def create_app(
         }
 
     @app.post("/v1/realtime/client_secrets", dependencies=[Depends(api_key)])
-    async def client_secrets(request: Request) -> dict[str, Any]:
+    async def client_secrets(request: Request) -> Response:
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_BODY_BYTES:
                 raise ApiError(413, "request_too_large", "The request body is too large.")
-        return create_client_secret(
+        minted = create_client_secret(
             keys,
             parse_client_secret_request(body),
             default_model=settings.model,
             default_ttl_s=settings.ephemeral_ttl_s,
         )
+        return Response(minted, media_type="application/json")
 
     app.add_api_websocket_route("/v1/realtime", endpoint.handle)
 

@@ -18,6 +18,7 @@ from models.errors import ModelMissing
 from server.app import create_app
 from server.auth import exposure_warning
 from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
+from server.ephemeral_keys import new_key_secret
 
 
 def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -134,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="server processes sharing the port (default 1). Sessions are independent, so "
         "any worker takes any connection; each loads its own models and counts "
-        "--max-sessions on its own",
+        "--max-sessions on its own. The workers share one PARLEY_KEY_SECRET (made at "
+        "start when unset), so ephemeral keys work on all of them",
     )
     commands.add_parser("models", help="list the bundled models: sizes, licences, sources")
     args = parser.parse_args(argv)
@@ -197,10 +199,14 @@ def prepare_to_serve(freeze_heap: bool = True) -> None:
 
 def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> int:
     """`--workers N`: uvicorn's supervisor runs N processes on one socket. Each builds
-    its app from PARLEY_* variables (`worker_app`), so the flags are put there."""
+    its app from PARLEY_* variables (`worker_app`), so the flags are put there, and
+    one key secret when none is set: a key minted by one worker opens a session on
+    any other (server/ephemeral_keys.py)."""
     for name, value in flags.items():
         text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
         os.environ[f"PARLEY_{name.upper()}"] = text
+    if settings.key_secret is None:
+        os.environ["PARLEY_KEY_SECRET"] = new_key_secret()
     uvicorn.run("server.cli:worker_app", factory=True, workers=workers, **uvicorn_options(settings))
     return 0
 

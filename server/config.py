@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -16,7 +16,10 @@ TtsEngineName = Literal["auto", "piper", "flite"]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PARLEY_", extra="ignore")
+    # Errors name the setting and the rule, never the value: some are secrets.
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_", extra="ignore", hide_input_in_errors=True
+    )
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -71,6 +74,11 @@ class Settings(BaseSettings):
     max_sessions: int | None = Field(default=None, ge=1)
     # Lifetime of a client secret made without `expires_after` (OpenAI's default).
     ephemeral_ttl_s: int = Field(default=600, ge=10, le=7200)
+    # Signs ephemeral keys (HMAC-SHA256), so that any process holding it accepts the
+    # keys of any other: give every replica the same one. None: `parley serve` makes
+    # one at start and shares it with its --workers (replicas then refuse each
+    # other's keys). At least 32 characters, e.g. `openssl rand -base64 32`.
+    key_secret: SecretStr | None = None
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -83,6 +91,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value
+
+    @field_validator("key_secret")
+    @classmethod
+    def _long_enough(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is not None and len(secret.get_secret_value()) < 32:
+            raise ValueError("the key secret must be at least 32 characters long")
+        return secret
 
     @field_validator("api_keys")
     @classmethod

@@ -72,15 +72,13 @@ class RealtimeEndpoint:
         beta = wants_beta(ws.headers.get(BETA_HEADER), offered)
         limit = self.settings.max_sessions
         if limit is not None and self.sessions >= limit:
-            # Accepted first so the client gets a close code it can act on; the
-            # ephemeral key is left unused for the retry.
+            # Accepted first so the client gets a close code it can act on.
             await ws.accept(subprotocol=subprotocol)
             await ws.close(code=1013, reason=f"At capacity ({limit} sessions); try again later.")
             return
-        # From authentication to here nothing awaits, so concurrent handshakes cannot
-        # both take the last slot, nor both use one ephemeral key.
-        if ephemeral is not None:
-            self.keys.consume(ephemeral)
+        # From the check to here nothing awaits, so concurrent handshakes cannot both
+        # take the last slot. (An ephemeral key is not used up: it opens sessions until
+        # it expires, server/ephemeral_keys.py.)
         self.sessions += 1
         self.drained.clear()
         try:
