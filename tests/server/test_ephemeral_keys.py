@@ -11,6 +11,7 @@ import zlib
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from engine.protocol import SessionIn, normalize_session
 from server.ephemeral_keys import (
@@ -143,12 +144,15 @@ def test_only_what_this_build_writes_is_accepted_even_when_signed() -> None:
         assert verify(SECRET, f"{signed}.{_signature(SECRET, signed)}", T0) is None
 
 
-def test_a_preset_too_deep_to_serialize_is_refused_at_minting() -> None:
-    too_deep = preset(
-        {"tools": [{"type": "function", "name": "f", "parameters": deep_schema(300)}]}
-    )
+def test_a_preset_that_cannot_be_written_out_is_refused_at_minting() -> None:
+    # Too deep to serialize: validation refuses it first (engine/protocol/nesting.py).
+    with pytest.raises(ValidationError):
+        preset({"tools": [{"type": "function", "name": "f", "parameters": deep_schema(300)}]})
+    # Should anything valid still fail to serialize, minting refuses it (a client
+    # secret request then gets a 400, never a 500): built here past validation.
+    unwritable = SessionIn.model_construct().model_copy(update={"instructions": deep_schema(300)})
     with pytest.raises(PresetNotEncodable):
-        minted(too_deep)
+        minted(unwritable)
 
 
 def test_presets_are_compressed_and_one_too_large_is_refused() -> None:
