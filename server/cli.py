@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
-import logging
 import os
+import shutil
 import sys
+import tempfile
 from typing import Any, get_args
 
 import uvicorn
@@ -18,6 +19,8 @@ from models.errors import ModelMissing
 from server.app import create_app
 from server.auth import exposure_warning
 from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
+from server.logs import configure_logging
+from server.metrics import MULTIPROC_ENV
 
 
 def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -147,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(**overrides)
     except ValidationError as exc:
         parser.error(str(exc))
-    # uvicorn's "trace" is below DEBUG; the standard library does not know it.
-    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level)
     warn_if_exposed(settings)
     if args.workers > 1:
         return serve_workers(settings, overrides, args.workers)
@@ -197,19 +198,32 @@ def prepare_to_serve(freeze_heap: bool = True) -> None:
 
 def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> int:
     """`--workers N`: uvicorn's supervisor runs N processes on one socket. Each builds
-    its app from PARLEY_* variables (`worker_app`), so the flags are put there."""
+    its app from PARLEY_* variables (`worker_app`), so the flags are put there.
+
+    The workers' metrics meet in a fresh directory (server/metrics.py), named to them
+    before they start (prometheus_client reads it at import) and removed at exit, so
+    a run never counts what an earlier one left."""
     for name, value in flags.items():
         text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
         os.environ[f"PARLEY_{name.upper()}"] = text
-    uvicorn.run("server.cli:worker_app", factory=True, workers=workers, **uvicorn_options(settings))
+    metrics_dir = tempfile.mkdtemp(prefix="parley-metrics-")
+    os.environ[MULTIPROC_ENV] = metrics_dir
+    try:
+        uvicorn.run(
+            "server.cli:worker_app", factory=True, workers=workers, **uvicorn_options(settings)
+        )
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 
 def worker_app() -> Any:
     """One worker's app. A missing model stops the worker as a startup failure, which
     stops the supervisor too (rather than restarting the worker forever)."""
+    settings = Settings()
+    configure_logging(settings.log_level)  # a worker starts with no log handler
     try:
-        app = create_app()
+        app = create_app(settings)
     except ModelMissing as exc:
         print(f"parley: cannot start: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
         sys.exit(STARTUP_FAILURE)
