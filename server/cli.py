@@ -16,8 +16,6 @@ from pydantic import ValidationError
 from uvicorn.config import STARTUP_FAILURE
 
 from models.errors import ModelMissing
-from server.app import create_app
-from server.auth import exposure_warning
 from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
 from server.logs import configure_logging
 from server.metrics import MULTIPROC_ENV
@@ -30,6 +28,8 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
     limit gets an `error` event and the session lives; larger ones close the
     connection (1009). The official SDK turns compression off, and so do we.
     """
+    from server.app import create_app  # imported late: see worker_app
+
     options: dict[str, Any] = {**uvicorn_options(settings), **overrides}
     return uvicorn.Config(create_app(settings), **options)
 
@@ -219,7 +219,14 @@ def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> in
 
 def worker_app() -> Any:
     """One worker's app. A missing model stops the worker as a startup failure, which
-    stops the supervisor too (rather than restarting the worker forever)."""
+    stops the supervisor too (rather than restarting the worker forever).
+
+    The app's modules (the SDK's schemas, onnxruntime: ~3 s, three times that on a
+    busy host) are imported here, not when a worker starts: a worker imports this
+    module before it can answer the supervisor's 5 s health check, and one that
+    does not answer in time is killed and replaced, forever."""
+    from server.app import create_app
+
     settings = Settings()
     configure_logging(settings.log_level)  # a worker starts with no log handler
     try:
@@ -234,6 +241,8 @@ def worker_app() -> Any:
 def warn_if_exposed(settings: Settings) -> None:
     """Serving without keys beyond loopback is allowed, but never quietly. (The app
     logs the same warning, for servers started without this command.)"""
+    from server.auth import exposure_warning
+
     if warning := exposure_warning(settings.host, settings.api_keys):
         bar = "!" * 72
         print(f"{bar}\nparley: WARNING: {warning}\n{bar}", file=sys.stderr)
