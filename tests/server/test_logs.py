@@ -27,6 +27,7 @@ async def test_logs_carry_ids_and_codes_but_no_key_or_audio(
     serve: ServerFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    caplog.handler.addFilter(SessionFilter())  # as `parley serve` sets up its handler
     server = await serve(api_keys=[KEY], log_level="debug")
     pcm = np.concatenate([silence(300), load_wav("timer"), silence(900)])
     audio = [b64_pcm(pcm[i : i + CHUNK]) for i in range(0, len(pcm), CHUNK)]
@@ -48,8 +49,12 @@ async def test_logs_carry_ids_and_codes_but_no_key_or_audio(
             break
         await asyncio.sleep(0.05)
     (session_id,) = [m[1] for line in lines if (m := re.fullmatch(r"session (\S+) opened", line))]
+    server_records = [r for r in caplog.records if r.name != CLIENT_LOGGER]
 
     assert f"session {session_id} opened" in lines
+    # Lines written while serving the session name it, whoever writes them.
+    tags = {r.session_tag for r in server_records if r.name == "parley.sessions"}
+    assert tags == {f" [{session_id}]"}
     assert f"session {session_id} closed: close code 1000" in lines
     assert f"session {session_id}: response {response_id} done: completed" in lines
     assert f"session {session_id}: error invalid_json" in lines

@@ -166,3 +166,15 @@ def test_a_scrape_sums_every_worker_and_forgets_a_killed_ones_sessions() -> None
         assert Path(metrics_dir).is_dir()
     assert proc.returncode is not None
     assert not Path(metrics_dir).exists()  # removed when the server stopped
+
+
+def test_a_worker_starts_without_the_apps_modules() -> None:
+    """A spawned worker imports the command's module before it can answer uvicorn's
+    5 s health check; the app (the SDK's schemas, onnxruntime) must come later, in
+    worker_app, or a busy host kills and restarts its workers forever."""
+    heavy = "{'server.app', 'openai', 'onnxruntime'}"
+    probe = f"import sys, server.cli; print(sorted({heavy} & set(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
