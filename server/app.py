@@ -1,10 +1,13 @@
-"""The FastAPI application: health, model list, client secrets, the realtime
+"""The FastAPI application: health, metrics, model list, client secrets, the realtime
 WebSocket and the browser client at `/`. Everything but /healthz and the browser
 client's static files needs a key when keys are configured."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,6 +35,9 @@ from server.auth import (
 )
 from server.config import Settings
 from server.ephemeral_keys import new_key_secret
+from server.logs import LogObserver, install_redaction
+from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
+from server.observers import compose
 from server.realtime import RealtimeEndpoint
 
 if TYPE_CHECKING:
@@ -118,21 +124,39 @@ def create_app(
     executor: Executor | None = None,
     observer: Observer | None = None,
 ) -> FastAPI:
-    """The app; `observer` is told what every session does (engine/observer.py)."""
+    """The app; `observer` is told what every session does (engine/observer.py),
+    besides the metrics (server/metrics.py) and the session log (server/logs.py)."""
     settings = settings or Settings()
     owned = executor is None  # an executor passed in belongs to the caller
     model_executor = executor or make_executor(settings)
 
     vad = make_vad_backend(settings)
+    install_redaction()  # no audio or key in the WebSocket library's debug lines
+    metrics = Metrics() if settings.metrics else None
+    metered = MetricsObserver(metrics, time.monotonic) if metrics else None
+    observers = compose([observer, metered, LogObserver()])
+
+    def queued() -> int:
+        return model_executor.queued
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if warning := exposure_warning(settings.host, settings.api_keys):
             log.warning(warning)
         await model_executor.start()  # vLLM's engine starts here (in the loop)
+        probe = None
+        if metrics is not None:
+            clock = asyncio.get_running_loop().time
+            probe = asyncio.create_task(probe_loop(metrics, queued, clock), name="probe")
         try:
             yield
         finally:
+            if probe is not None:
+                probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probe
+            if metrics is not None and metrics.multiprocess_dir is not None:
+                mark_dead(metrics.multiprocess_dir, os.getpid())  # its gauges go with it
             if isinstance(vad, VadBatcher):
                 vad.close()
             if owned:
@@ -143,7 +167,7 @@ def create_app(
     # here only (`parley serve --workers` shares one, server/cli.py).
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
     keys = KeyStore(settings.api_keys, secret)
-    endpoint = RealtimeEndpoint(settings, model_executor, vad, keys, observer)
+    endpoint = RealtimeEndpoint(settings, model_executor, vad, keys, observers)
     app.state.keys = keys
     app.state.endpoint = endpoint
     started = int(time.time())
@@ -169,6 +193,12 @@ def create_app(
                 {"id": settings.model, "object": "model", "created": started, "owned_by": "parley"}
             ],
         }
+
+    if metrics is not None:
+
+        @app.get("/metrics", dependencies=[Depends(api_key)], include_in_schema=False)
+        async def scrape() -> Response:
+            return Response(render(metrics), media_type=CONTENT_TYPE)
 
     @app.post("/v1/realtime/client_secrets", dependencies=[Depends(api_key)])
     async def client_secrets(request: Request) -> Response:

@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = []
     # Concurrent realtime sessions; one more is closed with 1013 (try again later).
     max_sessions: int | None = Field(default=None, ge=1)
+    # Prometheus metrics at GET /metrics (behind the API keys when there are some;
+    # docs/metrics.md). Off: no route, and no observer unless the app is given one.
+    metrics: bool = True
     # Lifetime of a client secret made without `expires_after` (OpenAI's default).
     ephemeral_ttl_s: int = Field(default=600, ge=10, le=7200)
     # Signs ephemeral keys (HMAC-SHA256), so that any process holding it accepts the

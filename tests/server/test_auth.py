@@ -24,6 +24,7 @@ from starlette.websockets import WebSocketState
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
+import server.app
 from engine.protocol import SessionIn
 from server import cli
 from server.app import create_app
@@ -100,7 +101,7 @@ def apps(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
         made.append(create_app(settings))
         return made[-1]
 
-    monkeypatch.setattr(cli, "create_app", create)
+    monkeypatch.setattr(server.app, "create_app", create)  # what server/cli.py imports
     return made
 
 
