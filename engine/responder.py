@@ -119,8 +119,21 @@ class Responder:
         active = self.active
         return active is not None and item_id in (active.item_id, *active.stream.outputs)
 
+    def in_flight(self) -> int:
+        """Responses between `response.created` and `response.done`, out-of-band ones too."""
+        return len(self._oob) + (self.active is not None)
+
     def request(self, request: ResponseRequest) -> None:
         if request.out_of_band:
+            limit = self._limits.max_out_of_band_responses
+            if len(self._oob) >= limit:
+                raise protocol.ProtocolError(
+                    "too_many_active_responses",
+                    f"This session already has {limit} out-of-band responses in progress "
+                    "(the most it may run at once); wait for one to finish or cancel it.",
+                    "response.conversation",
+                    request.event_id,
+                )
             self._start(request)  # beside the conversation: never gated
             return
         action = decide_response_request(

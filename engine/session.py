@@ -169,7 +169,7 @@ class Session:
         return (
             self._mailbox.empty()
             and not self._busy
-            and self.responder.active is None
+            and self.responder.in_flight() == 0
             and self.responder.deferred is None
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
