@@ -112,7 +112,7 @@ class ItemEvents:
             # would never be heard.
             await self._responder.cancel_active("client_cancelled")
         sent = self._outbox.sent_samples.get(item.id, 0)
-        available = min(sent, 0 if item.audio is None else len(item.audio))
+        available = min(sent, item.audio_samples)
         end_ms = self._conversation.truncate(item, event.audio_end_ms, available)
         self._emit.control(
             ConversationItemTruncatedEvent,

@@ -123,6 +123,17 @@ class Responder:
         """Responses between `response.created` and `response.done`, out-of-band ones too."""
         return len(self._oob) + (self.active is not None)
 
+    def items_in_use(self) -> set[str]:
+        """Items a running response still needs: its own output, and its explicit
+        input (the prompt, built when the response starts, reads their audio)."""
+        running = [*self._oob.values(), *([self.active] if self.active is not None else [])]
+        ids: set[str] = set()
+        for resp in running:
+            ids.add(resp.item_id)
+            ids.update(resp.stream.outputs)
+            ids.update(item.id for item in resp.request.input or ())
+        return ids
+
     def request(self, request: ResponseRequest) -> None:
         if request.out_of_band:
             limit = self._limits.max_out_of_band_responses
