@@ -21,7 +21,7 @@ Role = Literal["user", "assistant", "system"]
 Status = Literal["in_progress", "completed", "incomplete"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per output chunk, kept for history: small
 class TranscriptMark:
     """After `samples` samples of audio, `chars` characters of transcript were spoken."""
 

@@ -81,6 +81,7 @@ class ItemEvents:
                 event.event_id,
             )
         self._conversation.remove(item.id)
+        self._outbox.forget(item.id)  # nothing can truncate it now
         self._emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
     async def truncate(self, event: protocol.ConversationItemTruncate) -> None:

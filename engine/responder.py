@@ -104,6 +104,9 @@ class Responder:
         self.deferred: ResponseRequest | None = None
         self._oob: dict[str, ActiveResponse] = {}  # out-of-band responses, by id
         self._oob_epochs: dict[str, int] = {}
+        # Ended out-of-band responses (id → message id) whose lane epoch and sent
+        # ledger entry wait for their queued output to leave the outbox.
+        self._oob_ended: dict[str, str] = {}
         self._last_response_id: str | None = None
         self._closed = False
 
@@ -241,6 +244,7 @@ class Responder:
         self.epoch += 1
         self._oob.clear()
         self._oob_epochs.clear()
+        self._oob_ended.clear()
         await asyncio.gather(*(self._abort(resp) for resp in ending))
         tasks = [resp.task for resp in ending if resp.task is not None]
         for task in tasks:
@@ -284,6 +288,7 @@ class Responder:
         )
         self._last_response_id = resp.id
         if request.out_of_band:
+            self._forget_ended_lanes()
             self._oob[resp.id] = resp
             self._oob_epochs[resp.id] = stream.epoch
         else:
@@ -379,6 +384,7 @@ class Responder:
             self.active = None
         else:
             self._oob.pop(resp.id, None)
+            self._oob_ended[resp.id] = stream.message.id
         item = stream.message
         kept = 0
         if stream.message_open:
@@ -400,3 +406,14 @@ class Responder:
         self._emit.control(ResponseDoneEvent, response=self._wire(resp, status, details, output))
         if self._observer is not None:
             self._observer.response_done(self._session_id, resp.id, status)
+        self._forget_ended_lanes()
+
+    def _forget_ended_lanes(self) -> None:
+        """An ended out-of-band response's lane and ledger entry are kept only while
+        its output is queued (dropping the lane earlier would drop that output), so
+        they do not pile up over a long session."""
+        for lane, item_id in list(self._oob_ended.items()):
+            if not self._outbox.holds_output_of(lane):
+                del self._oob_ended[lane]
+                self._oob_epochs.pop(lane, None)
+                self._outbox.forget(item_id)

@@ -433,3 +433,26 @@ async def test_an_out_of_band_response_keeps_the_session_busy() -> None:
             executor.chunk_gate.release()
         await h.settle()
         assert h.session.idle() and h.responses_done()[0]["status"] == "completed"
+
+
+async def test_ended_out_of_band_responses_leave_nothing_behind() -> None:
+    """Each out-of-band response has an output lane and a sent-ledger entry; once it
+    has ended and its output is sent they go, so a long session does not pile them up.
+    All of its audio still reaches the client."""
+    async with Harness() as h:
+        for _ in range(10):
+            await h.send({"type": "response.create", "response": {"conversation": "none"}})
+            await h.settle()
+        await h.send({"type": "response.create", "response": {"conversation": "none"}})
+        await h.settle()
+        done = h.responses_done()
+        assert [r["status"] for r in done] == ["completed"] * 11
+        for response in done:
+            words = response["output"][0]["content"][0]["transcript"].split()
+            deltas = [
+                e for e in h.of("response.output_audio.delta") if e["response_id"] == response["id"]
+            ]
+            assert len(deltas) == len(words)
+        assert all(h.session.responder.lane_epoch(r["id"]) == -1 for r in done[:10])
+        assert len(h.session.outbox.sent_samples) <= 1
+        assert not h.errors()
