@@ -22,3 +22,7 @@ class EngineLimits:
     # Audio (user and assistant) kept in conversation items for history; past it the
     # oldest items' audio is released, their transcripts kept (engine/history.py).
     max_history_audio_ms: int = 2 * 60 * 1000
+    # Items and their text kept at all; past either the oldest items are dropped
+    # (told as `conversation.item.deleted`).
+    max_history_items: int = 1000
+    max_history_text_chars: int = 1_000_000

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
+    ConversationItemDeletedEvent,
     ConversationItemDone,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
@@ -36,7 +37,7 @@ from engine import protocol
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
-from engine.history import audio_to_release
+from engine.history import audio_to_release, items_to_drop
 from engine.input_buffer import InputBuffer
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
@@ -475,17 +476,23 @@ class Session:
     # --- history ----------------------------------------------------------------------
 
     def _bound_history(self) -> None:
-        """Release the oldest audio past `max_history_audio_ms` (engine/history.py).
+        """Release the oldest audio past `max_history_audio_ms`, then drop the oldest
+        items past `max_history_items` or `max_history_text_chars` (engine/history.py).
         A user turn with no transcript first gets the executor's, for history."""
-        released = audio_to_release(
-            self.conversation.items,
-            self.limits.max_history_audio_ms,
-            self.responder.items_in_use(),
-        )
-        for item in released:
+        limits = self.limits
+        in_use = self.responder.items_in_use()
+        items = self.conversation.items
+        for item in audio_to_release(items, limits.max_history_audio_ms, in_use):
             if item.role == "user" and item.kind == "message" and not item.transcript:
                 self.transcription.start(prompt_item(item), for_client=False)
             item.release_audio()
+        dropped = items_to_drop(
+            items, limits.max_history_items, limits.max_history_text_chars, in_use
+        )
+        for item in dropped:
+            self.conversation.remove(item.id)
+            self.outbox.forget(item.id)
+            self.emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
     # --- shutdown -------------------------------------------------------------------------
 

@@ -68,6 +68,12 @@ class Settings(BaseSettings):
     # covers every clip an executor's prompt takes besides the latest turn (vllm:
     # up to 4 clips, 30 s each for Qwen2-Audio) at 5.8 MB of PCM per session.
     max_history_audio_ms: int = Field(default=2 * 60 * 1000, ge=0)
+    # Conversation items a session keeps, and the text they hold (transcripts,
+    # typed text, tool calls); past either the oldest items are dropped and the
+    # client gets `conversation.item.deleted`. Far beyond what a prompt reads (the
+    # cascade: 8 turns; an audio model: its context), about 3 MB per session at most.
+    max_history_items: int = Field(default=1000, ge=1)
+    max_history_text_chars: int = Field(default=1_000_000, ge=0)
     # server_vad's frame scorer. Silero keeps finding every turn in noise that
     # gives webrtcvad false or merged turns (bench/vad_backends.py).
     vad_backend: VadBackendName = "silero"

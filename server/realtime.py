@@ -93,6 +93,8 @@ class RealtimeEndpoint:
                     max_buffer_ms=self.settings.max_buffer_ms,
                     max_out_of_band_responses=self.settings.max_out_of_band_responses,
                     max_history_audio_ms=self.settings.max_history_audio_ms,
+                    max_history_items=self.settings.max_history_items,
+                    max_history_text_chars=self.settings.max_history_text_chars,
                 ),
                 preset=ephemeral.preset if ephemeral else None,
                 observer=self.observer,

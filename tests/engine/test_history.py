@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.conversation import Conversation, Item, TranscriptMark
-from engine.history import audio_held_ms, audio_to_release
+from engine.history import audio_held_ms, audio_to_release, items_to_drop, text_chars
 
 MS = 24  # samples per millisecond at 24 kHz
 
@@ -72,3 +72,19 @@ def test_truncating_an_assistant_item_without_audio_keeps_its_text() -> None:
     assert Conversation("c").truncate(written, 1500, 0) == 0
     assert written.transcript == "I said this" and written.audio is None
     assert written.wire()["content"] == [{"type": "output_audio", "transcript": "I said this"}]
+
+
+def test_the_oldest_items_leave_past_the_item_and_text_bounds() -> None:
+    items = [Item(f"t{n}", "user", text="x" * 10) for n in range(5)]
+    items.append(item("u", "user", 100))
+    assert [i.id for i in items_to_drop(items, 4, 10**6, ())] == ["t0", "t1"]
+    assert [i.id for i in items_to_drop(items, 100, 25, ())] == ["t0", "t1", "t2"]
+    # The newest user audio and items in use stay even when nothing else is left.
+    assert [i.id for i in items_to_drop(items, 0, 0, {"t4"})] == ["t0", "t1", "t2", "t3"]
+
+
+def test_text_of_every_kind_counts() -> None:
+    call = Item("c", "assistant", kind="function_call", name="f", arguments="{}")
+    output = Item("o", "user", kind="function_call_output", call_id="c", output="sunny")
+    spoken = Item("s", "assistant", transcript="hello")
+    assert [text_chars(i) for i in (call, output, spoken)] == [3, 5, 5]

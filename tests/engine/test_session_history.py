@@ -167,3 +167,41 @@ async def test_an_answer_in_progress_keeps_its_input_audio() -> None:
         (prompt,) = executor.prompts
         assert prompt.items[0].audio is not None and len(prompt.items[0].audio) == len(joke)
         assert not h.errors()
+
+
+async def test_the_oldest_items_leave_past_the_item_bound_and_the_client_is_told() -> None:
+    """Items a client creates are bounded too: by count, and by text however few."""
+    limits = EngineLimits(max_history_items=5, max_history_text_chars=9_020)
+    async with Harness(limits=limits) as h:
+        for n in range(8):
+            await h.send(
+                {
+                    "type": "conversation.item.create",
+                    "item": {
+                        "id": f"t{n}",
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": f"note {n}"}],
+                    },
+                }
+            )
+        await h.settle()
+        assert [e["item_id"] for e in h.of("conversation.item.deleted")] == ["t0", "t1", "t2"]
+        assert [i.id for i in h.session.conversation.items] == ["t3", "t4", "t5", "t6", "t7"]
+        big = {"type": "input_text", "text": "y" * 9_000}
+        await h.send(
+            {
+                "type": "conversation.item.create",
+                "item": {"id": "big", "type": "message", "role": "user", "content": [big]},
+            }
+        )
+        await h.send({"type": "conversation.item.retrieve", "item_id": "t3", "event_id": "gone"})
+        await h.settle()
+        # 5 items, but 9030 characters: t3 and t4 go.
+        assert [i.id for i in h.session.conversation.items] == ["t5", "t6", "t7", "big"]
+        await h.send({"type": "response.create"})
+        await h.settle()
+        assert sum(len(i.text or "") for i in h.session.conversation.items) <= 9_020
+        (error,) = h.errors()
+        assert error["code"] == "item_not_found" and error["event_id"] == "gone"
+        assert h.responses_done()[0]["status"] == "completed"
