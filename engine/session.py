@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
+    ConversationItemDeletedEvent,
     ConversationItemDone,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
@@ -36,8 +37,10 @@ from engine import protocol
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
+from engine.history import audio_to_release, items_to_drop
 from engine.input_buffer import InputBuffer
 from engine.item_events import ItemEvents
+from engine.items import prompt_item
 from engine.limits import EngineLimits
 from engine.observer import Observer
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
@@ -169,7 +172,7 @@ class Session:
         return (
             self._mailbox.empty()
             and not self._busy
-            and self.responder.active is None
+            and self.responder.in_flight() == 0
             and self.responder.deferred is None
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
@@ -241,6 +244,7 @@ class Session:
                 await self.items.truncate(m)
             case protocol.ConversationItemCreate():
                 self.items.create(m)
+                self._bound_history()
             case protocol.ConversationItemRetrieve():
                 self.items.retrieve(m)
             case protocol.ConversationItemDelete():
@@ -405,17 +409,18 @@ class Session:
             self.observer.committed(self.session_id, item_id)
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
-        prompt_item = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
+        turn = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
         # Closing a committed turn makes this preparation response-bound: no response
         # may start before the model has the turn.
         self.prepares.submit(
-            lambda: self.executor.prepare(prompt_item),
+            lambda: self.executor.prepare(turn),
             epoch=self.responder.epoch,
             response_bound=True,
             label=item_id,
         )
         if self.config.input_transcription is not None:
-            self.transcription.start(prompt_item)
+            self.transcription.start(turn)
+        self._bound_history()
 
     def _on_clear(self) -> None:
         self.decoder.reset()
@@ -485,6 +490,28 @@ class Session:
             # idle_timeout_ms counts from the end of playback of this answer.
             self._idle_deadline_ms = self.buffer.pos_to_ms(self.buffer.end) + ended.audio_ms
         self._assistant_spoke = self._assistant_spoke or ended.spoke
+        self._bound_history()
+
+    # --- history ----------------------------------------------------------------------
+
+    def _bound_history(self) -> None:
+        """Release the oldest audio past `max_history_audio_ms`, then drop the oldest
+        items past `max_history_items` or `max_history_text_chars` (engine/history.py).
+        A user turn with no transcript first gets the executor's, for history."""
+        limits = self.limits
+        in_use = self.responder.items_in_use()
+        items = self.conversation.items
+        for item in audio_to_release(items, limits.max_history_audio_ms, in_use):
+            if item.role == "user" and item.kind == "message" and not item.transcript:
+                self.transcription.start(prompt_item(item), for_client=False)
+            item.release_audio()
+        dropped = items_to_drop(
+            items, limits.max_history_items, limits.max_history_text_chars, in_use
+        )
+        for item in dropped:
+            self.conversation.remove(item.id)
+            self.outbox.forget(item.id)
+            self.emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
     # --- shutdown -------------------------------------------------------------------------
 

@@ -63,6 +63,20 @@ class Settings(BaseSettings):
     # lives on); frames larger than twice this close the connection (1009).
     max_message_bytes: int = 16 * 1024 * 1024
     max_buffer_ms: int = 15 * 60 * 1000
+    # Out-of-band responses (`conversation: "none"`) one session may run at once;
+    # one more is refused with `too_many_active_responses`.
+    max_out_of_band_responses: int = Field(default=4, ge=1)
+    # Conversation audio (user and assistant) a session keeps for history; past it
+    # the oldest items' audio is released and their transcripts kept. The default
+    # covers every clip an executor's prompt takes besides the latest turn (vllm:
+    # up to 4 clips, 30 s each for Qwen2-Audio) at 5.8 MB of PCM per session.
+    max_history_audio_ms: int = Field(default=2 * 60 * 1000, ge=0)
+    # Conversation items a session keeps, and the text they hold (transcripts,
+    # typed text, tool calls); past either the oldest items are dropped and the
+    # client gets `conversation.item.deleted`. Far beyond what a prompt reads (the
+    # cascade: 8 turns; an audio model: its context), about 3 MB per session at most.
+    max_history_items: int = Field(default=1000, ge=1)
+    max_history_text_chars: int = Field(default=1_000_000, ge=0)
     # server_vad's frame scorer. Silero keeps finding every turn in noise that
     # gives webrtcvad false or merged turns (bench/vad_backends.py).
     vad_backend: VadBackendName = "silero"

@@ -89,7 +89,13 @@ class RealtimeEndpoint:
                 self.executor,
                 self.vad,
                 model=ephemeral.model if ephemeral else model or self.settings.model,
-                limits=EngineLimits(max_buffer_ms=self.settings.max_buffer_ms),
+                limits=EngineLimits(
+                    max_buffer_ms=self.settings.max_buffer_ms,
+                    max_out_of_band_responses=self.settings.max_out_of_band_responses,
+                    max_history_audio_ms=self.settings.max_history_audio_ms,
+                    max_history_items=self.settings.max_history_items,
+                    max_history_text_chars=self.settings.max_history_text_chars,
+                ),
                 preset=ephemeral.preset if ephemeral else None,
                 observer=self.observer,
             )
