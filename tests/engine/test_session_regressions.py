@@ -3,6 +3,7 @@ each kept as the shortest example that showed it."""
 
 from __future__ import annotations
 
+from engine.limits import EngineLimits
 from tests.support.harness import Harness
 
 
@@ -33,3 +34,18 @@ async def test_truncate_of_client_created_assistant_audio_item() -> None:
         assert [(e["item_id"], e["audio_end_ms"]) for e in truncated] == [(item_id, 0)]
         retrieved = h.of("conversation.item.retrieved")[-1]["item"]
         assert retrieved["content"][0]["transcript"] == ""  # nothing was heard
+
+
+async def test_a_burst_of_client_events_does_not_close_a_reading_client() -> None:
+    """The session handled every queued client event without letting the writer run,
+    so a burst whose control events outgrew the outbox reserve closed a client that
+    reads everything as one that does not (OutboxOverflow, close 1008)."""
+    limits = EngineLimits(outbox_limit=8, outbox_reserve=4)
+    text = [{"type": "input_text", "text": "hi"}]
+    item = {"type": "message", "role": "user", "content": text}
+    async with Harness(limits=limits) as h:
+        for _ in range(20):  # each makes two control events: item added and done
+            await h.send({"type": "conversation.item.create", "item": item})
+        await h.settle()  # the session lives on (a closed one never settles)
+        assert len(h.of("conversation.item.done")) == 20
+        assert h.errors() == []
