@@ -19,7 +19,13 @@ import numpy as np
 import numpy.typing as npt
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from bench.speech import load_wav, silence
 from engine.emitter import OutboxOverflow
@@ -110,7 +116,19 @@ class SessionMachine(RuleBasedStateMachine):
                 for feature in sorted(self._seen):  # --hypothesis-show-statistics
                     event(feature)
         finally:
+            # After a failure tasks may be left: end them quietly before the loop goes.
+            left = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+            for task in left:
+                task.cancel()
+            if left:
+                self.loop.run_until_complete(asyncio.wait(left))
             self.loop.close()
+
+    @initialize(vad=st.sampled_from([(True, True), (True, False), (False, True), None]))
+    def configure(self, vad: tuple[bool, bool] | None) -> None:
+        """The session starts in one of the turn detection modes."""
+        if vad != (True, True):  # the default
+            self.update_session(vad, None, False)
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -367,7 +385,8 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def bounds_held(self) -> None:
         self.steps += 1  # invariants run once after every step
-        assert not _memory_bounds(self.client)
+        broken = _memory_bounds(self.client)
+        assert not broken, broken
 
     @invariant()
     def session_alive_or_closed_for_not_reading(self) -> None:

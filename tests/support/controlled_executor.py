@@ -3,9 +3,11 @@
 Each `generate()` call becomes a `Generation` that waits for commands: a chunk
 (audio with its word, text only, or a function call), a clean finish, or a failure.
 Nothing happens until a test sends one, so a test (or a state machine) decides
-exactly when each response makes progress. `abort()` ends a generation at its next
-step, as a real model stops a request; `prepare()` takes a turn at once, or fails
-when told to.
+exactly when each response makes progress. `abort()` is acknowledged at once but, as
+with a real model, the generation stops only at its next step: until the engine
+closes it (or the test sends another command) it is still live, so an engine that
+aborts and walks away leaves it running for all to see. `prepare()` takes a turn at
+once, or fails when told to.
 """
 
 from __future__ import annotations
@@ -129,5 +131,4 @@ class ControlledExecutor(Executor):
         self.aborted.append(request_id)
         gen = self.live.get(request_id)
         if gen is not None:
-            gen.aborted = True
-            gen.commands.put_nowait(Finish())  # wakes it if it waits for a command
+            gen.aborted = True  # read at its next command: a model stops late
