@@ -147,12 +147,14 @@ class Conversation:
     def truncate(self, item: Item, audio_end_ms: int, available_samples: int) -> int:
         """Cut an assistant item's audio at `audio_end_ms`, clamped to the
         `available_samples` the client received, and its transcript to match.
-        Returns the clamped value. An item without audio (one the client created
-        with a transcript only) was never heard: its transcript is cut to nothing."""
+        Returns the clamped value. An item without audio (the client wrote its
+        transcript) clamps to 0 and keeps its text, never tied to audio the client
+        could have stopped."""
         end_ms = clamp_audio_end_ms(audio_end_ms, available_samples, item.rate)
+        if item.audio is None:
+            return end_ms
         keep = end_ms * item.rate // 1000
-        if item.audio is not None:
-            item.audio = item.audio[:keep]
+        item.audio = item.audio[:keep]
         item.transcript = transcript_at(item.transcript, item.marks, keep)
         item.marks = [m for m in item.marks if m.samples <= keep]
         return end_ms

@@ -9,11 +9,12 @@ from tests.support.harness import Harness
 
 async def test_truncate_of_client_created_assistant_audio_item() -> None:
     """An assistant audio item the client created has a transcript but no audio; its
-    truncation hit an assert (`internal_error`). It truncates to what was heard: none."""
+    truncation hit an assert (`internal_error`). It clamps to 0 ms (no audio was
+    heard) and keeps the text the client wrote."""
     item = {
         "type": "message",
         "role": "assistant",
-        "content": [{"type": "output_audio", "transcript": "never heard"}],
+        "content": [{"type": "output_audio", "transcript": "as written"}],
     }
     async with Harness() as h:
         await h.send({"type": "conversation.item.create", "item": item})
@@ -33,7 +34,7 @@ async def test_truncate_of_client_created_assistant_audio_item() -> None:
         truncated = h.of("conversation.item.truncated")
         assert [(e["item_id"], e["audio_end_ms"]) for e in truncated] == [(item_id, 0)]
         retrieved = h.of("conversation.item.retrieved")[-1]["item"]
-        assert retrieved["content"][0]["transcript"] == ""  # nothing was heard
+        assert retrieved["content"][0]["transcript"] == "as written"
 
 
 async def test_a_burst_of_client_events_does_not_close_a_reading_client() -> None:
