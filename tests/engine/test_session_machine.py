@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,12 @@ LIMITS = EngineLimits(
     outbox_limit=24,  # small, so a client that stops reading fills it within a few steps
     outbox_reserve=12,
 )
+# Bounds that engine/limits.py may have, made small enough to be reached within an
+# example; `_memory_bounds` checks each one the limits have.
+SMALL_BOUNDS = {"max_history_audio_ms": 5000, "max_out_of_band_responses": 2}
+LIMITS = dataclasses.replace(
+    LIMITS, **{k: v for k, v in SMALL_BOUNDS.items() if hasattr(EngineLimits, k)}
+)
 
 
 def _b64(pcm: npt.NDArray[np.int16]) -> str:
@@ -59,8 +66,9 @@ SPEECH = {
 SILENCE = {ms: _appends(silence(ms)) for ms in (100, 300, 700, 1500)}
 
 
-def _memory_bounds(client: MachineClient) -> list[str]:
+def _memory_bounds(client: MachineClient, references: dict[str, str]) -> list[str]:
     """Every bound a session keeps, as broken-bound messages (empty: all held).
+    `references`: the item each response named as its input, by response id.
     Add a bound here when engine/limits.py gains one."""
     session, limits = client.session, client.session.limits
     broken = []
@@ -71,9 +79,21 @@ def _memory_bounds(client: MachineClient) -> list[str]:
         broken.append(f"outbox holds {len(session.outbox)} events")
     history_bound = getattr(limits, "max_history_audio_ms", None)
     if history_bound is not None:
-        kept = sum(item.audio_ms for item in session.conversation.items)
-        if kept > history_bound:
-            broken.append(f"conversation keeps {kept} ms of audio > {history_bound}")
+        # Audio held for history, but for what the bound always keeps: the newest
+        # user turn (the next prompt's) and the items responses in progress use.
+        items = session.conversation.items
+        newest_user = next(
+            (i.id for i in reversed(items) if i.role == "user" and i.audio is not None), None
+        )
+        in_use = {references[r] for r in client.ledger.open if r in references}
+        exempt = {newest_user, *client.ledger.open_items, *in_use}
+        held = [i for i in items if i.audio is not None and i.id not in exempt]
+        held_ms = sum(len(i.audio) * 1000 // i.rate for i in held if i.audio is not None)
+        if held_ms > history_bound:
+            broken.append(f"conversation holds {held_ms} ms of audio > {history_bound}")
+    oob_bound = getattr(limits, "max_out_of_band_responses", None)
+    if oob_bound is not None and len(client.ledger.out_of_band_open) > oob_bound:
+        broken.append(f"{len(client.ledger.out_of_band_open)} out-of-band responses run at once")
     return broken
 
 
@@ -107,6 +127,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.sessions = 1
         self.steps = 0  # steps of the current session
         self._seen: set[str] = set()  # what the examples reached, for the statistics
+        self.references: dict[str, str] = {}  # response id -> the item it took as input
 
     def teardown(self) -> None:
         try:
@@ -224,6 +245,7 @@ class SessionMachine(RuleBasedStateMachine):
         self, out_of_band: bool, modality: str | None, given_input: str | None, n: int
     ) -> None:
         response: dict[str, Any] = {}
+        ref = None
         if out_of_band:
             response["conversation"] = "none"
         if modality is not None:
@@ -236,7 +258,9 @@ class SessionMachine(RuleBasedStateMachine):
         elif given_input == "reference":
             ref = self.pick(self.known_items(), n)
             response["input"] = [{"type": "item_reference", "id": ref}]
-        self.send({"type": "response.create", "response": response})
+        for sent in self.send({"type": "response.create", "response": response}):
+            if sent["type"] == "response.created" and ref is not None:
+                self.references[sent["response"]["id"]] = ref
 
     @precondition(lambda self: not self.client.ended)
     @rule(which=st.sampled_from(["none", "open", "done", "unknown"]), n=st.integers(0, 50))
@@ -394,7 +418,7 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def bounds_held(self) -> None:
         self.steps += 1  # invariants run once after every step
-        broken = _memory_bounds(self.client)
+        broken = _memory_bounds(self.client, self.references)
         assert not broken, broken
 
     @invariant()

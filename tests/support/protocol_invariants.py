@@ -46,6 +46,7 @@ def vad_settings(session: dict[str, Any]) -> VadSettings | None:
 @dataclass
 class EventLedger:
     created: dict[str, bool] = field(default_factory=dict)  # response id -> in band
+    outputs: dict[str, list[str]] = field(default_factory=dict)  # response id -> item ids
     done: set[str] = field(default_factory=set)
     vad: VadSettings | None = None
     stopped: set[str] = field(default_factory=set)  # items a speech_stopped ended
@@ -64,6 +65,15 @@ class EventLedger:
     @property
     def in_band_open(self) -> list[str]:
         return [r for r in self.open if self.created[r]]
+
+    @property
+    def out_of_band_open(self) -> list[str]:
+        return [r for r in self.open if not self.created[r]]
+
+    @property
+    def open_items(self) -> set[str]:
+        """Output items of the responses in progress."""
+        return {i for r in self.open for i in self.outputs.get(r, [])}
 
     def feed(self, event: dict[str, Any]) -> None:
         try:
@@ -99,6 +109,9 @@ class EventLedger:
             case "response.done":
                 assert response_id is not None
                 self.done.add(response_id)
+            case "response.output_item.added":
+                assert response_id is not None
+                self.outputs.setdefault(response_id, []).append(event["item"]["id"])
             case "input_audio_buffer.speech_started":
                 if self.vad is not None and self.vad.interrupt_response:
                     self.unanswered.clear()  # a barge-in drops a deferred answer
