@@ -24,6 +24,7 @@ from tests.support.sdk_check import assert_sdk_event
 
 MAX_BYTES = 16 * 1024 * 1024
 MAX_LOOP_TURNS = 200_000  # a session still busy after this many is livelocked
+SHUTDOWN_SAFETY_S = 10.0
 
 
 class MachineClient:
@@ -81,7 +82,10 @@ class MachineClient:
         """The connection is gone: the server closes the session and stops reading."""
         self.session.close()
         self.reading.set()
-        self.loop.run_until_complete(asyncio.wait([self.run_task, self.reader]))
+        # The timeout is a safety net against a hung shutdown, not a pace.
+        tasks = [self.run_task, self.reader]
+        self.loop.run_until_complete(asyncio.wait(tasks, timeout=SHUTDOWN_SAFETY_S))
+        assert self.run_task.done(), "the session did not shut down"
         self.step(self._nothing())
 
     @property
