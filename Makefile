@@ -93,6 +93,17 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.vad_backends
 	$(BIN)/python -m bench.load
 
+# SESSIONS users of random client behaviour for MINUTES against `parley serve --executor
+# scripted` (bench/soak/): RSS over time, errors by code, close codes, latency percentiles
+# and whether RSS stays flat after warm-up; JSON in bench/results/soak.json. More flags
+# (--url to attach to a running server, --executor, --seed): SOAK_ARGS="...".
+SESSIONS ?= 50
+MINUTES ?= 10
+SOAK_ARGS ?=
+.PHONY: soak
+soak: $(VENV)/.installed-run
+	$(BIN)/python -m bench.soak --sessions $(SESSIONS) --minutes $(MINUTES) $(SOAK_ARGS)
+
 # Regenerates the committed speech fixtures (needs Debian's espeak-ng and sox).
 fixtures:
 	bench/speech/make_fixtures.sh

@@ -1,7 +1,9 @@
 """The conversation: an ordered list of items, and truncation of assistant audio.
 
 Owned by the session task. Audio is kept as int16 PCM at the item's rate so that a
-truncation can cut it exactly and a later prompt can hold the real audio.
+truncation can cut it exactly and a later prompt can hold the real audio, until the
+history bound releases it (engine/history.py): the item then keeps its transcript
+and the length its audio had.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ Role = Literal["user", "assistant", "system"]
 Status = Literal["in_progress", "completed", "incomplete"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per output chunk, kept for history: small
 class TranscriptMark:
     """After `samples` samples of audio, `chars` characters of transcript were spoken."""
 
@@ -54,6 +56,8 @@ class Item:
     status: Status = "completed"
     audio: np.ndarray | None = None  # int16 mono
     rate: int = PCM_RATE
+    # The length of audio released by the history bound (then `audio` is None).
+    released_samples: int | None = None
     transcript: str = ""
     text: str | None = None  # typed text (user, system) or a text-only answer
     marks: list[TranscriptMark] = field(default_factory=list)
@@ -64,8 +68,27 @@ class Item:
     output: str | None = None
 
     @property
+    def has_audio(self) -> bool:
+        """The item has audio content, held or released (an assistant item the
+        client created has a transcript only)."""
+        return self.audio is not None or self.released_samples is not None
+
+    @property
+    def audio_samples(self) -> int:
+        """The length of the item's audio, held or released."""
+        if self.audio is not None:
+            return len(self.audio)
+        return self.released_samples or 0
+
+    @property
     def audio_ms(self) -> int:
-        return 0 if self.audio is None else len(self.audio) * 1000 // self.rate
+        return self.audio_samples * 1000 // self.rate
+
+    def release_audio(self) -> None:
+        """Let the audio go, keeping its length, transcript and marks."""
+        if self.audio is not None:
+            self.released_samples = len(self.audio)
+            self.audio = None
 
     def _content(self, with_audio: bool) -> list[dict[str, Any]]:
         audio = None
@@ -79,7 +102,7 @@ class Item:
             parts: list[dict[str, Any]] = []
             if self.text is not None:
                 parts.append({"type": "input_text", "text": self.text})
-            if self.audio is None or self.role == "system":
+            if not self.has_audio or self.role == "system":
                 return parts
             part = {"type": "input_audio", "transcript": self.transcript or None}
             if audio is not None:
@@ -147,14 +170,19 @@ class Conversation:
     def truncate(self, item: Item, audio_end_ms: int, available_samples: int) -> int:
         """Cut an assistant item's audio at `audio_end_ms`, clamped to the
         `available_samples` the client received, and its transcript to match.
-        Returns the clamped value. An item without audio (the client wrote its
-        transcript) clamps to 0 and keeps its text, never tied to audio the client
-        could have stopped."""
+        Returns the clamped value.
+
+        Audio the history bound released is cut by its length. An item without
+        audio (the client wrote its transcript) clamps to 0 and keeps its text,
+        which was never tied to audio the client could have stopped."""
         end_ms = clamp_audio_end_ms(audio_end_ms, available_samples, item.rate)
-        if item.audio is None:
+        if not item.has_audio:
             return end_ms
         keep = end_ms * item.rate // 1000
-        item.audio = item.audio[:keep]
+        if item.audio is not None:
+            item.audio = item.audio[:keep]
+        else:
+            item.released_samples = min(item.audio_samples, keep)
         item.transcript = transcript_at(item.transcript, item.marks, keep)
         item.marks = [m for m in item.marks if m.samples <= keep]
         return end_ms

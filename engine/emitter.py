@@ -119,6 +119,16 @@ class Outbox:
         self._after_take()
         return before - len(self._queue)
 
+    def holds_output_of(self, lane: str) -> bool:
+        """Output of `lane` is still queued (the writer may yet send or count it)."""
+        return any(e.epoch is not None and e.lane == lane for e in self._queue)
+
+    def forget(self, item_id: str) -> None:
+        """Drop an item's entry from the sent ledger (the item is gone), unless its
+        audio is still queued: the writer would count it again as a first audio."""
+        if not any(e.item_id == item_id for e in self._queue):
+            self.sent_samples.pop(item_id, None)
+
     def _after_take(self) -> None:
         if len(self._queue) < self._limit:
             self._writable.set()
@@ -161,8 +171,17 @@ class Emitter:
         return event, event.model_dump_json(exclude_unset=True)
 
     def control(self, cls: type[SdkModel], **fields: Any) -> None:
+        self.send(self.build(cls, **fields))
+
+    def build(self, cls: type[SdkModel], **fields: Any) -> OutEvent:
+        """A control event, serialized but not queued: for a change that is made
+        only once its event is known to serialize (then `send` it)."""
         _, text = self._event(cls, fields)
-        self.outbox.put_control(OutEvent(text, _TYPES[cls]))
+        return OutEvent(text, _TYPES[cls])
+
+    def send(self, event: OutEvent) -> None:
+        """Queue a control event from `build`."""
+        self.outbox.put_control(event)
 
     async def output(
         self,

@@ -81,6 +81,7 @@ class ItemEvents:
                 event.event_id,
             )
         self._conversation.remove(item.id)
+        self._outbox.forget(item.id)  # nothing can truncate it now
         self._emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
     async def truncate(self, event: protocol.ConversationItemTruncate) -> None:
@@ -112,7 +113,7 @@ class ItemEvents:
             # would never be heard.
             await self._responder.cancel_active("client_cancelled")
         sent = self._outbox.sent_samples.get(item.id, 0)
-        available = min(sent, 0 if item.audio is None else len(item.audio))
+        available = min(sent, item.audio_samples)
         end_ms = self._conversation.truncate(item, event.audio_end_ms, available)
         self._emit.control(
             ConversationItemTruncatedEvent,

@@ -16,3 +16,13 @@ class EngineLimits:
     mailbox_slots: int = 64  # client events queued before the reader waits
     outbox_limit: int = 256
     outbox_reserve: int = 64
+    # `conversation: "none"` responses running at once; one more is refused
+    # (each holds a model request, and the model is shared by every session).
+    max_out_of_band_responses: int = 4
+    # Audio (user and assistant) kept in conversation items for history; past it the
+    # oldest items' audio is released, their transcripts kept (engine/history.py).
+    max_history_audio_ms: int = 2 * 60 * 1000
+    # Items and their text kept at all; past either the oldest items are dropped
+    # (told as `conversation.item.deleted`).
+    max_history_items: int = 1000
+    max_history_text_chars: int = 1_000_000

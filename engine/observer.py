@@ -27,6 +27,11 @@ class Observer:
     def session_closed(self, session_id: str) -> None:
         """A session ended; nothing more is reported for it."""
 
+    def connection_closed(self, session_id: str | None, code: int) -> None:
+        """The transport ended the connection with WebSocket close `code`: the code
+        it sent, or the client's when the client closed first. `session_id` is None
+        for a connection refused before its session began (1013, at capacity)."""
+
     def frame_parsed(self, session_id: str, event_type: str) -> None:
         """The transport parsed a client frame of `event_type` (a refused frame is
         reported by `error_sent` instead)."""

@@ -104,6 +104,9 @@ class Responder:
         self.deferred: ResponseRequest | None = None
         self._oob: dict[str, ActiveResponse] = {}  # out-of-band responses, by id
         self._oob_epochs: dict[str, int] = {}
+        # Ended out-of-band responses (id → message id) whose lane epoch and sent
+        # ledger entry wait for their queued output to leave the outbox.
+        self._oob_ended: dict[str, str] = {}
         self._last_response_id: str | None = None
         self._closed = False
 
@@ -119,8 +122,32 @@ class Responder:
         active = self.active
         return active is not None and item_id in (active.item_id, *active.stream.outputs)
 
+    def in_flight(self) -> int:
+        """Responses between `response.created` and `response.done`, out-of-band ones too."""
+        return len(self._oob) + (self.active is not None)
+
+    def items_in_use(self) -> set[str]:
+        """Items a running response still needs: its own output, and its explicit
+        input (the prompt, built when the response starts, reads their audio)."""
+        running = [*self._oob.values(), *([self.active] if self.active is not None else [])]
+        ids: set[str] = set()
+        for resp in running:
+            ids.add(resp.item_id)
+            ids.update(resp.stream.outputs)
+            ids.update(item.id for item in resp.request.input or ())
+        return ids
+
     def request(self, request: ResponseRequest) -> None:
         if request.out_of_band:
+            limit = self._limits.max_out_of_band_responses
+            if len(self._oob) >= limit:
+                raise protocol.ProtocolError(
+                    "too_many_active_responses",
+                    f"This session already has {limit} out-of-band responses in progress "
+                    "(the most it may run at once); wait for one to finish or cancel it.",
+                    "response.conversation",
+                    request.event_id,
+                )
             self._start(request)  # beside the conversation: never gated
             return
         action = decide_response_request(
@@ -217,6 +244,7 @@ class Responder:
         self.epoch += 1
         self._oob.clear()
         self._oob_epochs.clear()
+        self._oob_ended.clear()
         await asyncio.gather(*(self._abort(resp) for resp in ending))
         tasks = [resp.task for resp in ending if resp.task is not None]
         for task in tasks:
@@ -260,6 +288,7 @@ class Responder:
         )
         self._last_response_id = resp.id
         if request.out_of_band:
+            self._forget_ended_lanes()
             self._oob[resp.id] = resp
             self._oob_epochs[resp.id] = stream.epoch
         else:
@@ -355,6 +384,7 @@ class Responder:
             self.active = None
         else:
             self._oob.pop(resp.id, None)
+            self._oob_ended[resp.id] = stream.message.id
         item = stream.message
         kept = 0
         if stream.message_open:
@@ -376,3 +406,14 @@ class Responder:
         self._emit.control(ResponseDoneEvent, response=self._wire(resp, status, details, output))
         if self._observer is not None:
             self._observer.response_done(self._session_id, resp.id, status)
+        self._forget_ended_lanes()
+
+    def _forget_ended_lanes(self) -> None:
+        """An ended out-of-band response's lane and ledger entry are kept only while
+        its output is queued (dropping the lane earlier would drop that output), so
+        they do not pile up over a long session."""
+        for lane, item_id in list(self._oob_ended.items()):
+            if not self._outbox.holds_output_of(lane):
+                del self._oob_ended[lane]
+                self._oob_epochs.pop(lane, None)
+                self._outbox.forget(item_id)

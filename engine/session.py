@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
+    ConversationItemDeletedEvent,
     ConversationItemDone,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
@@ -36,8 +37,10 @@ from engine import protocol
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
+from engine.history import audio_to_release, items_to_drop
 from engine.input_buffer import InputBuffer
 from engine.item_events import ItemEvents
+from engine.items import prompt_item
 from engine.limits import EngineLimits
 from engine.observer import Observer
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
@@ -49,7 +52,7 @@ from engine.session_config import (
     to_wire,
 )
 from engine.transcription import InputTranscription, TranscriptionFinished
-from engine.turns import SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
+from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
 
@@ -117,7 +120,7 @@ class Session:
         self.buffer = InputBuffer(PCM_RATE)
         self.decoder = InputDecoder(self.config.input_format)
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
-        self.detector: TurnDetector | None = self._new_detector()
+        self.detector: TurnDetector | None = self._new_detector(self.config.turn_detection)
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
@@ -169,7 +172,7 @@ class Session:
         return (
             self._mailbox.empty()
             and not self._busy
-            and self.responder.active is None
+            and self.responder.in_flight() == 0
             and self.responder.deferred is None
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
@@ -246,6 +249,7 @@ class Session:
                 await self.items.truncate(m)
             case protocol.ConversationItemCreate():
                 self.items.create(m)
+                self._bound_history()
             case protocol.ConversationItemRetrieve():
                 self.items.retrieve(m)
             case protocol.ConversationItemDelete():
@@ -277,8 +281,7 @@ class Session:
 
     # --- input audio ------------------------------------------------------------------
 
-    def _new_detector(self) -> TurnDetector | None:
-        params = self.config.turn_detection
+    def _new_detector(self, params: ServerVadParams | None) -> TurnDetector | None:
         if params is None:
             return None
         detector = TurnDetector(params)
@@ -307,6 +310,7 @@ class Session:
         self.buffer.append(pcm)
         detector = self.detector  # only this task replaces it, and not while here
         if detector is None:
+            self.vad.skip(len(pcm))  # the VAD clock stays on the input clock
             return
         frames = await self.vad.score(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         for turn_event in detector.feed(frames):
@@ -410,17 +414,18 @@ class Session:
             self.observer.committed(self.session_id, item_id)
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
-        prompt_item = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
+        turn = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
         # Closing a committed turn makes this preparation response-bound: no response
         # may start before the model has the turn.
         self.prepares.submit(
-            lambda: self.executor.prepare(prompt_item),
+            lambda: self.executor.prepare(turn),
             epoch=self.responder.epoch,
             response_bound=True,
             label=item_id,
         )
         if self.config.input_transcription is not None:
-            self.transcription.start(prompt_item)
+            self.transcription.start(turn)
+        self._bound_history()
 
     def _on_clear(self) -> None:
         self.decoder.reset()
@@ -450,17 +455,36 @@ class Session:
     # --- session configuration ----------------------------------------------------------
 
     def _on_session_update(self, event: protocol.SessionUpdate) -> None:
+        """Validate, then apply: the new config, its decoder and detector and the
+        `session.updated` event are all built first; only when every step succeeded
+        does anything change, so a refused update leaves the session as it was."""
         old = self.config
-        self.config = apply_update(
+        new = apply_update(
             old, event.session, audio_started=self._assistant_spoke, event_id=event.event_id
         )
-        if self.config.input_format != old.input_format:
-            self.decoder = InputDecoder(self.config.input_format)
-        if self.config.turn_detection != old.turn_detection:
+        decoder = InputDecoder(new.input_format) if new.input_format != old.input_format else None
+        vad_changed = new.turn_detection != old.turn_detection
+        detector = self._new_detector(new.turn_detection) if vad_changed else None
+        try:
+            updated = self.emit.build(SessionUpdatedEvent, session=to_wire(new))
+        except Exception:  # building has no side effects: refuse, keep the session
+            log.warning(
+                "session %s: session.update not serializable", self.session_id, exc_info=True
+            )
+            raise protocol.ProtocolError(
+                "invalid_value",
+                "The session configuration cannot be represented; the session is unchanged.",
+                "session",
+                event.event_id,
+            ) from None
+        self.config = new
+        if decoder is not None:
+            self.decoder = decoder
+        if vad_changed:
             self._speech = None
             self.vad.reset()
-            self.detector = self._new_detector()
-        self.emit.control(SessionUpdatedEvent, session=to_wire(self.config))
+            self.detector = detector
+        self.emit.send(updated)
 
     # --- responses ------------------------------------------------------------------------
 
@@ -471,6 +495,28 @@ class Session:
             # idle_timeout_ms counts from the end of playback of this answer.
             self._idle_deadline_ms = self.buffer.pos_to_ms(self.buffer.end) + ended.audio_ms
         self._assistant_spoke = self._assistant_spoke or ended.spoke
+        self._bound_history()
+
+    # --- history ----------------------------------------------------------------------
+
+    def _bound_history(self) -> None:
+        """Release the oldest audio past `max_history_audio_ms`, then drop the oldest
+        items past `max_history_items` or `max_history_text_chars` (engine/history.py).
+        A user turn with no transcript first gets the executor's, for history."""
+        limits = self.limits
+        in_use = self.responder.items_in_use()
+        items = self.conversation.items
+        for item in audio_to_release(items, limits.max_history_audio_ms, in_use):
+            if item.role == "user" and item.kind == "message" and not item.transcript:
+                self.transcription.start(prompt_item(item), for_client=False)
+            item.release_audio()
+        dropped = items_to_drop(
+            items, limits.max_history_items, limits.max_history_text_chars, in_use
+        )
+        for item in dropped:
+            self.conversation.remove(item.id)
+            self.outbox.forget(item.id)
+            self.emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
     # --- shutdown -------------------------------------------------------------------------
 

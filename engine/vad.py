@@ -265,6 +265,11 @@ class VadStream:
         frames = await asyncio.to_thread(self._cut, pcm) if offload else self._cut(pcm)
         return self._label(await self._off_loop.score_frames(self._state, frames))
 
+    def skip(self, samples: int) -> None:
+        """Input the session took without scoring it (turn detection off): the clock
+        moves past it, so frames after the next reset start where the input is."""
+        self._samples_in += samples
+
     def _cut(self, pcm: Pcm16) -> list[Pcm16]:
         """Resample `pcm` and return the whole frames it completes."""
         if pcm.ndim != 1 or pcm.dtype != np.int16:

@@ -1,10 +1,13 @@
-"""The FastAPI application: health, model list, client secrets, the realtime
+"""The FastAPI application: health, metrics, model list, client secrets, the realtime
 WebSocket and the browser client at `/`. Everything but /healthz and the browser
 client's static files needs a key when keys are configured."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from engine.observer import Observer
@@ -31,6 +34,10 @@ from server.auth import (
     presented_key,
 )
 from server.config import Settings
+from server.ephemeral_keys import new_key_secret
+from server.logs import LogObserver, install_redaction
+from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
+from server.observers import compose
 from server.realtime import RealtimeEndpoint
 
 if TYPE_CHECKING:
@@ -117,29 +124,50 @@ def create_app(
     executor: Executor | None = None,
     observer: Observer | None = None,
 ) -> FastAPI:
-    """The app; `observer` is told what every session does (engine/observer.py)."""
+    """The app; `observer` is told what every session does (engine/observer.py),
+    besides the metrics (server/metrics.py) and the session log (server/logs.py)."""
     settings = settings or Settings()
     owned = executor is None  # an executor passed in belongs to the caller
     model_executor = executor or make_executor(settings)
 
     vad = make_vad_backend(settings)
+    install_redaction()  # no audio or key in the WebSocket library's debug lines
+    metrics = Metrics() if settings.metrics else None
+    metered = MetricsObserver(metrics, time.monotonic) if metrics else None
+    observers = compose([observer, metered, LogObserver()])
+
+    def queued() -> int:
+        return model_executor.queued
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if warning := exposure_warning(settings.host, settings.api_keys):
             log.warning(warning)
         await model_executor.start()  # vLLM's engine starts here (in the loop)
+        probe = None
+        if metrics is not None:
+            clock = asyncio.get_running_loop().time
+            probe = asyncio.create_task(probe_loop(metrics, queued, clock), name="probe")
         try:
             yield
         finally:
+            if probe is not None:
+                probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probe
+            if metrics is not None and metrics.multiprocess_dir is not None:
+                mark_dead(metrics.multiprocess_dir, os.getpid())  # its gauges go with it
             if isinstance(vad, VadBatcher):
                 vad.close()
             if owned:
                 await model_executor.aclose()
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
-    keys = KeyStore(settings.api_keys)
-    endpoint = RealtimeEndpoint(settings, model_executor, vad, keys, observer)
+    # Without a configured secret this process signs with its own: its keys work
+    # here only (`parley serve --workers` shares one, server/cli.py).
+    secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
+    keys = KeyStore(settings.api_keys, secret)
+    endpoint = RealtimeEndpoint(settings, model_executor, vad, keys, observers)
     app.state.keys = keys
     app.state.endpoint = endpoint
     started = int(time.time())
@@ -166,19 +194,26 @@ def create_app(
             ],
         }
 
+    if metrics is not None:
+
+        @app.get("/metrics", dependencies=[Depends(api_key)], include_in_schema=False)
+        async def scrape() -> Response:
+            return Response(render(metrics), media_type=CONTENT_TYPE)
+
     @app.post("/v1/realtime/client_secrets", dependencies=[Depends(api_key)])
-    async def client_secrets(request: Request) -> dict[str, Any]:
+    async def client_secrets(request: Request) -> Response:
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_BODY_BYTES:
                 raise ApiError(413, "request_too_large", "The request body is too large.")
-        return create_client_secret(
+        minted = create_client_secret(
             keys,
             parse_client_secret_request(body),
             default_model=settings.model,
             default_ttl_s=settings.ephemeral_ttl_s,
         )
+        return Response(minted, media_type="application/json")
 
     app.add_api_websocket_route("/v1/realtime", endpoint.handle)
 

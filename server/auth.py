@@ -2,14 +2,14 @@
 
 Real keys come from the settings (PARLEY_API_KEYS). Ephemeral keys (`ek_…`) are made
 by `POST /v1/realtime/client_secrets` for a browser that must not hold a real key:
-each opens one WebSocket, before it expires, with the session configuration fixed
-when it was made. With no real keys configured the server is open, which is meant
-for a loopback address only (`exposure_warning`).
+each opens WebSockets until it expires, with the session configuration fixed when it
+was made, on any process that shares the key secret (server/ephemeral_keys.py). With
+no real keys configured the server is open, which is meant for a loopback address
+only (`exposure_warning`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import json
@@ -19,17 +19,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from openai.types.realtime import SessionCreatedEvent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.emitter import build
 from engine.protocol import ProtocolError, SessionIn, normalize_session, validation_error
 from engine.session_config import SessionConfig, apply_update, to_wire
+from server.ephemeral_keys import (
+    EPHEMERAL_PREFIX,
+    EphemeralKey,
+    KeyTooLarge,
+    PresetNotEncodable,
+    mint,
+    verify,
+)
 
-EPHEMERAL_PREFIX = "ek_"
 # Browsers cannot set headers, so they offer the key as a subprotocol.
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
-# Outstanding ephemeral keys held in memory; more are refused until some are used or
-# expire, so a client minting in a loop cannot exhaust the server's memory.
-MAX_OUTSTANDING = 10_000
 MAX_BODY_BYTES = 1024 * 1024
 
 
@@ -88,21 +94,10 @@ def exposure_warning(host: str, api_keys: Sequence[str]) -> str | None:
     )
 
 
-@dataclass(frozen=True)
-class EphemeralKey:
-    value: str
-    expires_at: int  # unix seconds
-    model: str
-    preset: SessionIn | None
-
-
-def _digest(value: str) -> str:
-    # Looked up by digest, so the dictionary never compares secrets byte by byte.
-    return hashlib.sha256(value.encode()).hexdigest()
-
-
 class KeyStore:
-    """The configured keys and the outstanding ephemeral ones (in memory).
+    """The configured API keys, and the secret that signs and checks ephemeral keys
+    (server/ephemeral_keys.py). It holds no ephemeral key: any process with the same
+    secret accepts the keys of any other.
 
     `now` is the clock for expiry (unix seconds); tests replace it to expire keys
     without waiting.
@@ -111,37 +106,30 @@ class KeyStore:
     def __init__(
         self,
         api_keys: Sequence[str],
+        key_secret: str,
         *,
         now: Callable[[], float] = time.time,
-        limit: int = MAX_OUTSTANDING,
     ) -> None:
         self._api_keys = [key.encode() for key in api_keys]
+        self._secret = key_secret.encode()
         self.now = now
-        self.limit = limit
-        self._ephemeral: dict[str, EphemeralKey] = {}
 
     @property
     def open(self) -> bool:
         return not self._api_keys
 
-    @property
-    def outstanding(self) -> int:
-        return len(self._ephemeral)
-
     def authenticate(self, key: str | None, *, websocket: bool) -> EphemeralKey | None:
-        """Check a presented key without using it up: returns the ephemeral key it
-        names (None for a real key, or none on an open server), or raises ApiError.
-        Ephemeral keys are good for the realtime WebSocket only."""
+        """Check a presented key: returns what the ephemeral key grants (None for a
+        real key, or none on an open server), or raises ApiError. Ephemeral keys are
+        good for the realtime WebSocket only, as often as wanted until they expire."""
         if self.open and not websocket:
             return None
         if key is not None and key.startswith(EPHEMERAL_PREFIX):
-            found = self._ephemeral.get(_digest(key))
+            found = verify(self._secret, key, self.now())
             # Checked even on an open server: the client asked for the preset session,
             # and a default one in its place would be a silent surprise.
-            if found is None or self.now() >= found.expires_at:
-                raise ApiError(
-                    401, "invalid_api_key", "The ephemeral key is unknown, expired or used up."
-                )
+            if found is None:
+                raise ApiError(401, "invalid_api_key", "The ephemeral key is invalid or expired.")
             if not websocket:
                 raise ApiError(
                     403,
@@ -161,23 +149,30 @@ class KeyStore:
             raise ApiError(401, "invalid_api_key", "Incorrect API key provided.")
         return None
 
-    def consume(self, key: EphemeralKey) -> None:
-        """Use up an ephemeral key: it opens one connection only."""
-        self._ephemeral.pop(_digest(key.value), None)
-
-    def issue(self, model: str, preset: SessionIn | None, ttl_s: int) -> EphemeralKey:
-        self._purge()
-        if len(self._ephemeral) >= self.limit:
-            raise ApiError(
-                429,
-                "rate_limit_exceeded",
-                f"{self.limit} client secrets are outstanding; use or let some expire first.",
-                type="requests",
+    def issue(self, model: str, preset: SessionIn | None, ttl_s: int) -> tuple[str, int]:
+        """A new ephemeral key and its expiry (unix seconds); raises ApiError 400 for
+        a preset that cannot be carried by a key."""
+        expires_at = int(self.now()) + ttl_s
+        try:
+            value = mint(
+                self._secret,
+                key_id=secrets.token_hex(8),
+                expires_at=expires_at,
+                model=model,
+                preset=preset,
             )
-        value = EPHEMERAL_PREFIX + secrets.token_urlsafe(32)
-        key = EphemeralKey(value, int(self.now()) + ttl_s, model, preset)
-        self._ephemeral[_digest(value)] = key
-        return key
+        except PresetNotEncodable:
+            raise _unwritable() from None
+        except KeyTooLarge as exc:
+            raise ApiError(
+                400,
+                "invalid_value",
+                f"The session is too large for an ephemeral key: {exc} (keys travel in a "
+                "WebSocket header). Shorten the instructions or tools, or send them with "
+                "session.update after connecting.",
+                "session",
+            ) from None
+        return value, expires_at
 
     def _is_api_key(self, key: str) -> bool:
         # Compared with every configured key in constant time, so the timing gives
@@ -187,12 +182,6 @@ class KeyStore:
         for known in self._api_keys:
             matched |= hmac.compare_digest(candidate, known)
         return matched
-
-    def _purge(self) -> None:
-        now = self.now()
-        expired = [d for d, key in self._ephemeral.items() if now >= key.expires_at]
-        for digest in expired:
-            del self._ephemeral[digest]
 
 
 # --- POST /v1/realtime/client_secrets -----------------------------------------------
@@ -234,10 +223,12 @@ def parse_client_secret_request(body: bytes) -> ClientSecretRequest:
 
 def create_client_secret(
     keys: KeyStore, request: ClientSecretRequest, *, default_model: str, default_ttl_s: int
-) -> dict[str, Any]:
-    """Mint an ephemeral key for `request.session`, shaped as the SDK's
+) -> bytes:
+    """Mint an ephemeral key for `request.session`: the JSON body of the SDK's
     `ClientSecretCreateResponse`. The session is checked the way `session.update`
-    is, so a bad one fails here (400) rather than at connect time."""
+    is, so a bad one fails here (400) rather than at connect time; the body is
+    encoded here too, so that one which cannot be written out is a 400 as well,
+    never a 500. Nothing is kept either way: the key is the only record."""
     preset = request.session
     # The key fixes the model too: the session it opens uses this one whatever the
     # client puts in `?model=`, so the preset always applies cleanly.
@@ -249,9 +240,30 @@ def create_client_secret(
         except ProtocolError as exc:
             raise _bad_request(exc) from None
     ttl = request.expires_after.seconds if request.expires_after else default_ttl_s
-    key = keys.issue(model, preset, ttl)
+    # Written out as session.created will write it, so that a session too deep for
+    # its events is refused now, not when the key opens it.
+    wire = to_wire(config)
+    try:
+        build(SessionCreatedEvent, "event_check", session=wire).model_dump_json()
+    except (ValueError, RecursionError):
+        raise _unwritable() from None
+    value, expires_at = keys.issue(model, preset, ttl)
     session = {"id": "sess_" + secrets.token_hex(12), "object": "realtime.session"}
-    return {"value": key.value, "expires_at": key.expires_at, "session": session | to_wire(config)}
+    body = {"value": value, "expires_at": expires_at, "session": session | wire}
+    try:
+        return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+    except (ValueError, RecursionError):
+        raise _unwritable() from None
+
+
+def _unwritable() -> ApiError:
+    return ApiError(
+        400,
+        "invalid_value",
+        "The session cannot be written out as JSON: it is nested too deeply (as a tool's "
+        "parameters schema can be) or holds a value JSON cannot carry (NaN, Infinity).",
+        "session",
+    )
 
 
 def _bad_request(exc: ProtocolError) -> ApiError:

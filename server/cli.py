@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
-import logging
 import os
+import shutil
 import sys
+import tempfile
 from typing import Any, get_args
 
 import uvicorn
@@ -15,9 +16,9 @@ from pydantic import ValidationError
 from uvicorn.config import STARTUP_FAILURE
 
 from models.errors import ModelMissing
-from server.app import create_app
-from server.auth import exposure_warning
 from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
+from server.logs import configure_logging
+from server.metrics import MULTIPROC_ENV
 
 
 def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -27,6 +28,8 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
     limit gets an `error` event and the session lives; larger ones close the
     connection (1009). The official SDK turns compression off, and so do we.
     """
+    from server.app import create_app  # imported late: see worker_app
+
     options: dict[str, Any] = {**uvicorn_options(settings), **overrides}
     return uvicorn.Config(create_app(settings), **options)
 
@@ -134,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="server processes sharing the port (default 1). Sessions are independent, so "
         "any worker takes any connection; each loads its own models and counts "
-        "--max-sessions on its own",
+        "--max-sessions on its own. The workers share one PARLEY_KEY_SECRET (made at "
+        "start when unset), so ephemeral keys work on all of them",
     )
     commands.add_parser("models", help="list the bundled models: sizes, licences, sources")
     args = parser.parse_args(argv)
@@ -147,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(**overrides)
     except ValidationError as exc:
         parser.error(str(exc))
-    # uvicorn's "trace" is below DEBUG; the standard library does not know it.
-    level = "DEBUG" if settings.log_level == "trace" else settings.log_level.upper()
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level)
     warn_if_exposed(settings)
     if args.workers > 1:
         return serve_workers(settings, overrides, args.workers)
@@ -197,19 +199,45 @@ def prepare_to_serve(freeze_heap: bool = True) -> None:
 
 def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> int:
     """`--workers N`: uvicorn's supervisor runs N processes on one socket. Each builds
-    its app from PARLEY_* variables (`worker_app`), so the flags are put there."""
+    its app from PARLEY_* variables (`worker_app`), so the flags are put there, and
+    one key secret when none is set: a key minted by one worker opens a session on
+    any other (server/ephemeral_keys.py).
+
+    The workers' metrics meet in a fresh directory (server/metrics.py), named to them
+    before they start (prometheus_client reads it at import) and removed at exit, so
+    a run never counts what an earlier one left."""
+    from server.ephemeral_keys import new_key_secret
+
     for name, value in flags.items():
         text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
         os.environ[f"PARLEY_{name.upper()}"] = text
-    uvicorn.run("server.cli:worker_app", factory=True, workers=workers, **uvicorn_options(settings))
+    if settings.key_secret is None:
+        os.environ["PARLEY_KEY_SECRET"] = new_key_secret()
+    metrics_dir = tempfile.mkdtemp(prefix="parley-metrics-")
+    os.environ[MULTIPROC_ENV] = metrics_dir
+    try:
+        uvicorn.run(
+            "server.cli:worker_app", factory=True, workers=workers, **uvicorn_options(settings)
+        )
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 
 def worker_app() -> Any:
     """One worker's app. A missing model stops the worker as a startup failure, which
-    stops the supervisor too (rather than restarting the worker forever)."""
+    stops the supervisor too (rather than restarting the worker forever).
+
+    The app's modules (the SDK's schemas, onnxruntime: ~3 s, three times that on a
+    busy host) are imported here, not when a worker starts: a worker imports this
+    module before it can answer the supervisor's 5 s health check, and one that
+    does not answer in time is killed and replaced, forever."""
+    from server.app import create_app
+
+    settings = Settings()
+    configure_logging(settings.log_level)  # a worker starts with no log handler
     try:
-        app = create_app()
+        app = create_app(settings)
     except ModelMissing as exc:
         print(f"parley: cannot start: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
         sys.exit(STARTUP_FAILURE)
@@ -220,6 +248,8 @@ def worker_app() -> Any:
 def warn_if_exposed(settings: Settings) -> None:
     """Serving without keys beyond loopback is allowed, but never quietly. (The app
     logs the same warning, for servers started without this command.)"""
+    from server.auth import exposure_warning
+
     if warning := exposure_warning(settings.host, settings.api_keys):
         bar = "!" * 72
         print(f"{bar}\nparley: WARNING: {warning}\n{bar}", file=sys.stderr)

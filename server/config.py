@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -16,7 +16,10 @@ TtsEngineName = Literal["auto", "piper", "flite"]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PARLEY_", extra="ignore")
+    # Errors name the setting and the rule, never the value: some are secrets.
+    model_config = SettingsConfigDict(
+        env_prefix="PARLEY_", extra="ignore", hide_input_in_errors=True
+    )
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -60,6 +63,20 @@ class Settings(BaseSettings):
     # lives on); frames larger than twice this close the connection (1009).
     max_message_bytes: int = 16 * 1024 * 1024
     max_buffer_ms: int = 15 * 60 * 1000
+    # Out-of-band responses (`conversation: "none"`) one session may run at once;
+    # one more is refused with `too_many_active_responses`.
+    max_out_of_band_responses: int = Field(default=4, ge=1)
+    # Conversation audio (user and assistant) a session keeps for history; past it
+    # the oldest items' audio is released and their transcripts kept. The default
+    # covers every clip an executor's prompt takes besides the latest turn (vllm:
+    # up to 4 clips, 30 s each for Qwen2-Audio) at 5.8 MB of PCM per session.
+    max_history_audio_ms: int = Field(default=2 * 60 * 1000, ge=0)
+    # Conversation items a session keeps, and the text they hold (transcripts,
+    # typed text, tool calls); past either the oldest items are dropped and the
+    # client gets `conversation.item.deleted`. Far beyond what a prompt reads (the
+    # cascade: 8 turns; an audio model: its context), about 3 MB per session at most.
+    max_history_items: int = Field(default=1000, ge=1)
+    max_history_text_chars: int = Field(default=1_000_000, ge=0)
     # server_vad's frame scorer. Silero keeps finding every turn in noise that
     # gives webrtcvad false or merged turns (bench/vad_backends.py).
     vad_backend: VadBackendName = "silero"
@@ -69,8 +86,16 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = []
     # Concurrent realtime sessions; one more is closed with 1013 (try again later).
     max_sessions: int | None = Field(default=None, ge=1)
+    # Prometheus metrics at GET /metrics (behind the API keys when there are some;
+    # docs/metrics.md). Off: no route, and no observer unless the app is given one.
+    metrics: bool = True
     # Lifetime of a client secret made without `expires_after` (OpenAI's default).
     ephemeral_ttl_s: int = Field(default=600, ge=10, le=7200)
+    # Signs ephemeral keys (HMAC-SHA256), so that any process holding it accepts the
+    # keys of any other: give every replica the same one. None: `parley serve` makes
+    # one at start and shares it with its --workers (replicas then refuse each
+    # other's keys). At least 32 characters, e.g. `openssl rand -base64 32`.
+    key_secret: SecretStr | None = None
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -83,6 +108,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [key.strip() for key in value.split(",") if key.strip()]
         return value
+
+    @field_validator("key_secret")
+    @classmethod
+    def _long_enough(cls, secret: SecretStr | None) -> SecretStr | None:
+        if secret is not None and len(secret.get_secret_value()) < 32:
+            raise ValueError("the key secret must be at least 32 characters long")
+        return secret
 
     @field_validator("api_keys")
     @classmethod

@@ -33,6 +33,7 @@ from engine.vad import VadBackend
 from models.base import Executor
 from server.auth import ApiError, KeyStore, presented_key
 from server.config import Settings
+from server.logs import session_var
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +73,14 @@ class RealtimeEndpoint:
         beta = wants_beta(ws.headers.get(BETA_HEADER), offered)
         limit = self.settings.max_sessions
         if limit is not None and self.sessions >= limit:
-            # Accepted first so the client gets a close code it can act on; the
-            # ephemeral key is left unused for the retry.
+            # Accepted first so the client gets a close code it can act on.
             await ws.accept(subprotocol=subprotocol)
             await ws.close(code=1013, reason=f"At capacity ({limit} sessions); try again later.")
+            self._closed(None, 1013)
             return
-        # From authentication to here nothing awaits, so concurrent handshakes cannot
-        # both take the last slot, nor both use one ephemeral key.
-        if ephemeral is not None:
-            self.keys.consume(ephemeral)
+        # From the check to here nothing awaits, so concurrent handshakes cannot both
+        # take the last slot. (An ephemeral key is not used up: it opens sessions until
+        # it expires, server/ephemeral_keys.py.)
         self.sessions += 1
         self.drained.clear()
         try:
@@ -89,10 +89,18 @@ class RealtimeEndpoint:
                 self.executor,
                 self.vad,
                 model=ephemeral.model if ephemeral else model or self.settings.model,
-                limits=EngineLimits(max_buffer_ms=self.settings.max_buffer_ms),
+                limits=EngineLimits(
+                    max_buffer_ms=self.settings.max_buffer_ms,
+                    max_out_of_band_responses=self.settings.max_out_of_band_responses,
+                    max_history_audio_ms=self.settings.max_history_audio_ms,
+                    max_history_items=self.settings.max_history_items,
+                    max_history_text_chars=self.settings.max_history_text_chars,
+                ),
                 preset=ephemeral.preset if ephemeral else None,
                 observer=self.observer,
             )
+            # Every log line of this connection's tasks names its session (server/logs.py).
+            session_var.set(session.session_id)
             close_code = await self._run(ws, session, beta)
         finally:
             self.sessions -= 1
@@ -101,9 +109,15 @@ class RealtimeEndpoint:
         if ws.client_state is WebSocketState.CONNECTED:
             with contextlib.suppress(Exception):
                 await ws.close(code=close_code)
+        self._closed(session.session_id, close_code)
+
+    def _closed(self, session_id: str | None, code: int) -> None:
+        if self.observer is not None:
+            self.observer.connection_closed(session_id, code)
 
     async def _run(self, ws: WebSocket, session: Session, beta: bool) -> int:
-        """Serve the session until it, the reader or the writer ends; the close code."""
+        """Serve the session until it, the reader or the writer ends; the close code
+        (the client's, when the client closed first)."""
         runner = asyncio.create_task(session.run(), name=f"session:{session.session_id}")
         writer = asyncio.create_task(self._write(ws, session, beta), name="writer")
         reader = asyncio.create_task(self._read(ws, session), name="reader")
@@ -115,6 +129,8 @@ class RealtimeEndpoint:
                 return 1008
             if any(t.exception() for t in done if not t.cancelled()):
                 return 1011
+            if reader in done and not reader.cancelled():
+                return reader.result()
             return 1000
         finally:
             reader.cancel()
@@ -124,13 +140,15 @@ class RealtimeEndpoint:
             runner.cancel()
             writer.cancel()
 
-    async def _read(self, ws: WebSocket, session: Session) -> None:
+    async def _read(self, ws: WebSocket, session: Session) -> int:
+        """Hand the client's events to the session until it disconnects; its close
+        code (1005: none given)."""
         limit = self.settings.max_message_bytes
-        with contextlib.suppress(WebSocketDisconnect):
+        try:
             while True:
                 message = await ws.receive()
                 if message["type"] == "websocket.disconnect":
-                    return
+                    return int(message.get("code") or 1005)
                 text = message.get("text")
                 if text is None:
                     await session.submit(
@@ -147,6 +165,8 @@ class RealtimeEndpoint:
                 if self.observer is not None:
                     event = self._observe(session, event)
                 await session.submit(event)
+        except WebSocketDisconnect as gone:
+            return gone.code
 
     def _observe(self, session: Session, event: ClientEvent) -> ClientEvent:
         """Report a parsed frame; an append is stamped with its arrival, which the

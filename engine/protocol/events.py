@@ -10,17 +10,24 @@ so the wire matches the SDK by construction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
+
+from engine.protocol.errors import TAG_INF, TAG_INTEGER, TAG_OBJECT, TAG_STRING
+from engine.protocol.nesting import JsonObject
+
+# Unknown fields are ignored rather than refused: newer clients send fields this
+# server does not know yet, and refusing them would break those clients. Known
+# fields are strict, as OpenAI checks them: "500" is no integer, `true` no number,
+# "yes" no boolean (an integer is a number: JSON has one number type).
+_CONFIG = ConfigDict(extra="ignore", frozen=True, strict=True)
 
 
 class ValidatedEvent(BaseModel):
     """Every client event but the append, which takes the lean path."""
 
-    # Unknown fields are ignored rather than refused: newer clients send fields this
-    # server does not know yet, and refusing them would break those clients.
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = _CONFIG
     event_id: str | None = None
 
 
@@ -28,7 +35,28 @@ class ValidatedEvent(BaseModel):
 
 
 class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = _CONFIG
+
+
+# Unions are told apart by the input's JSON type, each member under a tag that
+# `errors.json_path` leaves out of `param`; input of no member's type is one
+# `invalid_type` error for the field rather than one per member.
+
+
+def _int_or_inf(value: object) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return TAG_INTEGER
+    return TAG_INF if value == "inf" else None
+
+
+MaxTokens = Annotated[
+    Annotated[int, Tag(TAG_INTEGER)] | Annotated[Literal["inf"], Tag(TAG_INF)],
+    Discriminator(
+        _int_or_inf,
+        custom_error_type="int_or_inf_type",
+        custom_error_message="Input should be an integer or 'inf'",
+    ),
+]
 
 
 class TurnDetectionIn(_Loose):
@@ -57,7 +85,7 @@ class AudioInputIn(_Loose):
     format: AudioFormatIn | None = None
     turn_detection: TurnDetectionIn | None = None
     transcription: TranscriptionIn | None = None
-    noise_reduction: dict[str, Any] | None = None
+    noise_reduction: JsonObject | None = None
 
 
 class AudioOutputIn(_Loose):
@@ -75,7 +103,7 @@ class ToolIn(_Loose):
     type: Literal["function"] = "function"
     name: str
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JsonObject | None = None
 
 
 class ToolChoiceFunction(_Loose):
@@ -83,9 +111,22 @@ class ToolChoiceFunction(_Loose):
     name: str
 
 
+def _object_or_string(value: object) -> str | None:
+    if isinstance(value, dict | ToolChoiceFunction):
+        return TAG_OBJECT
+    return TAG_STRING if isinstance(value, str) else None
+
+
 # "auto", "none", "required", a function ({"type": "function", "name": ...}), or in
 # beta a function's bare name.
-ToolChoiceIn = ToolChoiceFunction | str
+ToolChoiceIn = Annotated[
+    Annotated[ToolChoiceFunction, Tag(TAG_OBJECT)] | Annotated[str, Tag(TAG_STRING)],
+    Discriminator(
+        _object_or_string,
+        custom_error_type="string_or_object_type",
+        custom_error_message="Input should be a string or an object",
+    ),
+]
 
 
 class ContentIn(_Loose):
@@ -121,7 +162,7 @@ class SessionIn(_Loose):
     instructions: str | None = None
     output_modalities: list[Literal["text", "audio"]] | None = None
     audio: AudioIn | None = None
-    max_output_tokens: int | Literal["inf"] | None = None
+    max_output_tokens: MaxTokens | None = None
     # Beta (flat) spellings.
     modalities: list[Literal["text", "audio"]] | None = None
     voice: str | None = None
@@ -133,7 +174,7 @@ class SessionIn(_Loose):
     input_audio_transcription: TranscriptionIn | None = None
     tools: list[ToolIn] | None = None
     tool_choice: ToolChoiceIn | None = None
-    max_response_output_tokens: int | Literal["inf"] | None = None
+    max_response_output_tokens: MaxTokens | None = None
     # GA path -> the beta path `normalize` moved it from.
     _moved_from: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -182,8 +223,8 @@ class ResponseIn(_Loose):
     modalities: list[Literal["text", "audio"]] | None = None
     conversation: str | None = None
     metadata: dict[str, str] | None = None
-    max_output_tokens: int | Literal["inf"] | None = None
-    max_response_output_tokens: int | Literal["inf"] | None = None  # beta spelling
+    max_output_tokens: MaxTokens | None = None
+    max_response_output_tokens: MaxTokens | None = None  # beta spelling
 
 
 class ResponseCreate(ValidatedEvent):

@@ -19,7 +19,8 @@ from engine.protocol.errors import ProtocolError, validation_error
 from engine.protocol.events import ClientEvent, InputAudioBufferAppend, ValidatedEvent
 from engine.protocol.normalize import normalize
 
-_MODELS: dict[str, type[ValidatedEvent]] = {
+# Client event type -> its model: every event but the append.
+EVENT_MODELS: dict[str, type[ValidatedEvent]] = {
     "session.update": events.SessionUpdate,
     "input_audio_buffer.commit": events.InputAudioBufferCommit,
     "input_audio_buffer.clear": events.InputAudioBufferClear,
@@ -36,7 +37,7 @@ _MODELS: dict[str, type[ValidatedEvent]] = {
 _ALIASES: dict[str, str] = {"transcription_session.update": "session.update"}
 
 APPEND = "input_audio_buffer.append"
-SUPPORTED_TYPES = sorted([APPEND, *_MODELS])
+SUPPORTED_TYPES = sorted([APPEND, *EVENT_MODELS])
 
 
 def parse_client_event(text: str | bytes, max_bytes: int) -> ClientEvent:
@@ -67,7 +68,7 @@ def parse_client_event(text: str | bytes, max_bytes: int) -> ClientEvent:
         )
     if kind == APPEND:
         return InputAudioBufferAppend(_decode_audio(raw.get("audio"), event_id), event_id)
-    model = _MODELS.get(_ALIASES.get(kind, kind))
+    model = EVENT_MODELS.get(_ALIASES.get(kind, kind))
     if model is None:
         raise ProtocolError(
             "invalid_value",

@@ -44,3 +44,14 @@ async def test_outbox_backpressure_and_reserve() -> None:
     assert texts[:3] == ["1", "2", "c"] and texts[3] == "3"
     box.close()
     assert await box.get() is None
+
+
+async def test_an_item_is_forgotten_only_once_its_audio_left_the_queue() -> None:
+    box = Outbox(limit=4, reserve=2)
+    await box.put(OutEvent("a", "response.output_audio.delta", 0, item_id="x", samples=10))
+    box.sent_samples["x"] = 5
+    box.forget("x")  # still queued: the writer would count it as a first audio again
+    assert box.sent_samples == {"x": 5} and box.holds_output_of("conversation")
+    assert await box.get() is not None
+    box.forget("x")
+    assert box.sent_samples == {} and not box.holds_output_of("conversation")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
+from engine import session as session_module
 from engine.protocol import ProtocolError, SessionUpdate, parse_client_event
 from engine.session_config import SessionConfig, apply_update, to_wire
 from engine.turns import ServerVadParams
+from tests.support.harness import Harness
 from tests.support.sdk_check import assert_sdk_event
 
 
@@ -109,3 +113,109 @@ def test_voice_is_fixed_once_the_assistant_spoke() -> None:
 def test_session_wire_shape_is_sdk_valid(vad: ServerVadParams | None) -> None:
     config = SessionConfig(model="m", turn_detection=vad)
     assert_sdk_event({"type": "session.updated", "event_id": "e", "session": to_wire(config)})
+
+
+# --- validate, then apply: a refused session.update changes nothing ------------------
+
+
+def deep_schema(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        value = {"type": "object", "properties": {"a": value}}
+    return value
+
+
+SETUP = {
+    "type": "session.update",
+    "session": {
+        "type": "realtime",
+        "instructions": "be brief",
+        "tools": [{"type": "function", "name": "get_weather", "parameters": deep_schema(2)}],
+        "audio": {"output": {"voice": "verse"}},
+    },
+}
+
+
+async def test_a_too_deep_schema_is_refused_and_the_session_keeps_its_config() -> None:
+    async with Harness() as h:
+        await h.send(SETUP)
+        await h.settle()
+        before = h.session.config
+        (setup,) = h.of("session.updated")
+        tool = {"type": "function", "name": "deep", "parameters": deep_schema(300)}
+        await h.send(
+            {
+                "type": "session.update",
+                "event_id": "e1",
+                "session": {"type": "realtime", "instructions": "changed", "tools": [tool]},
+            }
+        )
+        await h.settle()
+        (error,) = h.errors()
+        assert (error["type"], error["code"], error["param"], error["event_id"]) == (
+            "invalid_request_error",
+            "invalid_value",
+            "session.tools[0].parameters",
+            "e1",
+        )
+        assert h.session.config == before
+        assert len(h.of("session.updated")) == 1
+
+        # The session takes the next update, and keeps what that one does not touch.
+        await h.send(
+            {"type": "session.update", "session": {"type": "realtime", "instructions": "new"}}
+        )
+        await h.settle()
+        assert len(h.errors()) == 1
+        updated = h.of("session.updated")[-1]["session"]
+        assert updated["instructions"] == "new"
+        assert updated["tools"] == setup["session"]["tools"]
+        assert updated["audio"]["output"]["voice"] == "verse"
+
+
+async def test_an_update_whose_wire_form_fails_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Everything is built before anything is applied: when the session.updated event
+    cannot be made, the config, decoder and turn detector stay as they were."""
+    async with Harness() as h:
+        await h.send(SETUP)
+        await h.settle()
+        config, decoder, detector = h.session.config, h.session.decoder, h.session.detector
+        assert detector is not None
+
+        def broken(config: SessionConfig) -> dict[str, Any]:
+            raise ValueError("cannot serialize")
+
+        monkeypatch.setattr(session_module, "to_wire", broken)
+        await h.send(
+            {
+                "type": "session.update",
+                "event_id": "e2",
+                "session": {
+                    "type": "realtime",
+                    "instructions": "changed",
+                    "audio": {"input": {"format": {"type": "audio/pcmu"}, "turn_detection": None}},
+                },
+            }
+        )
+        await h.settle()
+        (error,) = h.errors()
+        assert (error["type"], error["code"], error["param"], error["event_id"]) == (
+            "invalid_request_error",
+            "invalid_value",
+            "session",
+            "e2",
+        )
+        assert h.session.config == config
+        assert h.session.decoder is decoder
+        assert h.session.detector is detector
+        assert len(h.of("session.updated")) == 1
+
+        monkeypatch.undo()
+        await h.send(
+            {"type": "session.update", "session": {"type": "realtime", "instructions": "new"}}
+        )
+        await h.settle()
+        assert h.of("session.updated")[-1]["session"]["instructions"] == "new"
+        assert h.session.config == replace(config, instructions="new")

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from bench.speech import load_wav, silence
+from engine.limits import EngineLimits
 from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
 from tests.support.harness import Harness
@@ -383,3 +384,75 @@ async def test_out_of_band_responses_end_with_their_session() -> None:
         assert len(tasks) == 3
     assert sorted(executor.aborted) == sorted(ids)
     assert all(task.done() for task in tasks)
+
+
+async def test_out_of_band_responses_are_bounded_per_session() -> None:
+    """One more out-of-band response than the limit is refused with an error and
+    nothing else changes; once one ends, another is accepted."""
+    executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0))
+    async with Harness(executor, limits=EngineLimits(max_out_of_band_responses=2)) as h:
+        oob = {"type": "response.create", "response": {"conversation": "none"}}
+        await h.send(oob)
+        await h.send(oob)
+        await h.run_until(lambda: len(h.of("response.created")) == 2)
+        await h.send({**oob, "event_id": "third"})
+        await h.run_until(lambda: len(h.errors()) == 1)
+        (error,) = h.errors()
+        assert error["type"] == "invalid_request_error"
+        assert error["code"] == "too_many_active_responses"
+        assert error["param"] == "response.conversation" and error["event_id"] == "third"
+        assert len(h.of("response.created")) == 2 and h.responses_done() == []
+        # The conversation's own response is not limited by out-of-band ones.
+        await h.send({"type": "response.create"})
+        await h.run_until(lambda: len(h.of("response.created")) == 3)
+        first = h.of("response.created")[0]["response"]["id"]
+        await h.send({"type": "response.cancel", "response_id": first})
+        await h.run_until(lambda: len(h.responses_done()) == 1)
+        await h.send(oob)
+        await h.run_until(lambda: len(h.of("response.created")) == 4)
+        assert len(h.errors()) == 1
+        assert executor.chunk_gate is not None
+        for _ in range(200):
+            executor.chunk_gate.release()
+        await h.settle()
+        statuses = sorted(r["status"] for r in h.responses_done())
+        assert statuses == ["cancelled", "completed", "completed", "completed"]
+        assert len(h.errors()) == 1
+
+
+async def test_an_out_of_band_response_keeps_the_session_busy() -> None:
+    """A graceful shutdown waits for `idle()`: answers outside the conversation count."""
+    executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0))
+    async with Harness(executor) as h:
+        await h.send({"type": "response.create", "response": {"conversation": "none"}})
+        await h.run_until(lambda: len(h.of("response.created")) == 1)
+        await h.steps(20)
+        assert not h.session.idle()
+        assert executor.chunk_gate is not None
+        for _ in range(40):
+            executor.chunk_gate.release()
+        await h.settle()
+        assert h.session.idle() and h.responses_done()[0]["status"] == "completed"
+
+
+async def test_ended_out_of_band_responses_leave_nothing_behind() -> None:
+    """Each out-of-band response has an output lane and a sent-ledger entry; once it
+    has ended and its output is sent they go, so a long session does not pile them up.
+    All of its audio still reaches the client."""
+    async with Harness() as h:
+        for _ in range(10):
+            await h.send({"type": "response.create", "response": {"conversation": "none"}})
+            await h.settle()
+        await h.send({"type": "response.create", "response": {"conversation": "none"}})
+        await h.settle()
+        done = h.responses_done()
+        assert [r["status"] for r in done] == ["completed"] * 11
+        for response in done:
+            words = response["output"][0]["content"][0]["transcript"].split()
+            deltas = [
+                e for e in h.of("response.output_audio.delta") if e["response_id"] == response["id"]
+            ]
+            assert len(deltas) == len(words)
+        assert all(h.session.responder.lane_epoch(r["id"]) == -1 for r in done[:10])
+        assert len(h.session.outbox.sent_samples) <= 1
+        assert not h.errors()

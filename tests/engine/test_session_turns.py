@@ -228,3 +228,26 @@ async def test_interrupt_response_false_defers_the_next_answer() -> None:
         # The first answer's prompt did not see the turn committed during it.
         assert len([i for i in executor.prompts[0].items if i.role == "user"]) == 1
         assert not h.errors()
+
+
+async def test_turn_detection_hears_speech_again_after_manual_turns() -> None:
+    """Audio taken while turn detection was off moves the VAD clock too: once it is
+    back on, the next utterance starts a turn at its true position on the input clock
+    (the detector's floor is there), rather than the VAD labelling frames as if the
+    manual audio never came and the detector ignoring them for that long."""
+    speech = load_wav("weather")
+    async with Harness() as h:
+        await h.send(MANUAL)
+        await append_chunked(h, np.concatenate([silence(300), speech, silence(1000)]))
+        await h.send({"type": "input_audio_buffer.commit"})
+        await h.settle()
+        manual_ms = 300 + len(speech) // 24 + 1000
+        await h.send(vad_session())
+        await h.settle()
+        await append_chunked(h, np.concatenate([silence(300), speech, silence(1000)]))
+        await h.settle()
+        started = h.of("input_audio_buffer.speech_started")
+        assert len(started) == 1
+        # The speech began 300 ms into the audio sent after turn detection came back.
+        assert manual_ms <= started[0]["audio_start_ms"] <= manual_ms + 300 + 200
+        assert len(h.of("input_audio_buffer.speech_stopped")) == 1

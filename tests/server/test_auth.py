@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from typing import Any
 
 import httpx
@@ -23,16 +24,22 @@ from starlette.websockets import WebSocketState
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
+import server.app
+from engine.protocol import SessionIn
 from server import cli
 from server.app import create_app
 from server.auth import (
+    KEY_SUBPROTOCOL,
     ApiError,
     KeyStore,
+    create_client_secret,
     exposure_warning,
     is_loopback,
+    parse_client_secret_request,
     presented_key,
 )
 from server.config import Settings
+from server.ephemeral_keys import MAX_KEY_CHARS
 from tests.support.events import TIMEOUT_S, read_event
 from tests.support.sdk_check import _no_extras
 from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory
@@ -94,7 +101,7 @@ def apps(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
         made.append(create_app(settings))
         return made[-1]
 
-    monkeypatch.setattr(cli, "create_app", create)
+    monkeypatch.setattr(server.app, "create_app", create)  # what server/cli.py imports
     return made
 
 
@@ -153,7 +160,9 @@ async def test_http_endpoints_need_a_key_but_healthz_does_not(serve: ServerFacto
 # --- ephemeral keys -----------------------------------------------------------------
 
 
-async def test_ephemeral_key_opens_one_session_with_its_preset(serve: ServerFactory) -> None:
+async def test_ephemeral_key_opens_sessions_with_its_preset_until_it_expires(
+    serve: ServerFactory,
+) -> None:
     server = await serve(api_keys=[KEY])
     response = await mint(
         server,
@@ -172,11 +181,20 @@ async def test_ephemeral_key_opens_one_session_with_its_preset(serve: ServerFact
     assert raw["value"].startswith("ek_")
     assert raw["session"]["instructions"] == "Answer in French."
 
-    async with open_ws(server, additional_headers=bearer(raw["value"])) as ws:
-        session = await session_created(ws)
-        assert session["instructions"] == "Answer in French."
-        assert session["audio"]["input"]["turn_detection"] is None
-    status, error = await refusal(server, additional_headers=bearer(raw["value"]))
+    # Not used up: as OpenAI documents, a secret creates sessions until it expires,
+    # also several at once (server/ephemeral_keys.py).
+    async with (
+        open_ws(server, additional_headers=bearer(raw["value"])) as first,
+        open_ws(server, subprotocols=["realtime", KEY_SUBPROTOCOL + raw["value"]]) as second,
+    ):
+        for ws in (first, second):
+            session = await session_created(ws)
+            assert session["instructions"] == "Answer in French."
+            assert session["audio"]["input"]["turn_detection"] is None
+    async with open_ws(server, additional_headers=bearer(raw["value"])) as third:
+        assert (await session_created(third))["instructions"] == "Answer in French."
+    tampered = raw["value"][:-1] + ("A" if raw["value"][-1] != "A" else "B")
+    status, error = await refusal(server, additional_headers=bearer(tampered))
     assert (status, error["code"]) == (401, "invalid_api_key")
 
 
@@ -262,17 +280,132 @@ async def test_official_sdk_creates_a_client_secret_and_connects_with_it(
     assert info.value.code == "invalid_api_key"
 
 
-def test_key_store_caps_outstanding_keys_and_purges_expired_ones() -> None:
-    clock = [T0]
-    keys = KeyStore([KEY], now=lambda: clock[0], limit=2)
-    keys.issue("parley", None, ttl_s=10)
-    keys.issue("parley", None, ttl_s=20)
+async def test_replicas_accept_each_others_keys_only_with_the_same_secret(
+    serve: ServerFactory,
+) -> None:
+    secret = "s" * 32
+    minter = await serve(api_keys=[KEY], key_secret=secret)
+    replica = await serve(api_keys=[KEY], key_secret=secret)
+    stranger = await serve(api_keys=[KEY], key_secret="t" * 32)
+    value = (await mint(minter, {"session": {"instructions": "From the minter."}})).json()["value"]
+    async with open_ws(replica, additional_headers=bearer(value)) as ws:
+        assert (await session_created(ws))["instructions"] == "From the minter."
+    status, error = await refusal(stranger, additional_headers=bearer(value))
+    assert (status, error["code"]) == (401, "invalid_api_key")
+
+
+def deep_schema(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Too deep for the serializer (pydantic's depth limit, or another nesting limit).
+        json.dumps(
+            {
+                "session": {
+                    "tools": [{"type": "function", "name": "f", "parameters": deep_schema(300)}]
+                }
+            }
+        ),
+        # JSON's NaN parses, but cannot be written back out as JSON.
+        '{"session": {"tools": [{"type": "function", "name": "f", "parameters": {"x": NaN}}]}}',
+    ],
+    ids=["300-deep-schema", "nan"],
+)
+async def test_a_preset_that_cannot_be_serialized_is_400_and_gives_no_key(
+    serve: ServerFactory, body: str
+) -> None:
+    server = await serve(api_keys=[KEY])
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
+        response = await http.post(
+            "/v1/realtime/client_secrets",
+            content=body,
+            headers={**bearer(KEY), "Content-Type": "application/json"},
+        )
+    assert response.status_code == 400, response.text
+    assert set(response.json()) == {"error"}
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] is not None and error["param"].startswith("session")
+    # The server still mints and opens sessions.
+    value = (await mint(server, {})).json()["value"]
+    async with open_ws(server, additional_headers=bearer(value)) as ws:
+        await session_created(ws)
+
+
+async def test_the_deepest_preset_that_mints_opens_a_session(serve: ServerFactory) -> None:
+    """Every key handed out opens a session: a preset just shallow enough to mint is
+    not too deep for session.created."""
+    secret = "s" * 32
+    server = await serve(key_secret=secret)
+    keys = KeyStore([], secret)
+    value = ""
+    for levels in range(1, 400):
+        body = {"session": {"tools": [{"name": "f", "parameters": deep_schema(levels)}]}}
+        try:
+            minted = create_client_secret(
+                keys,
+                parse_client_secret_request(json.dumps(body).encode()),
+                default_model="parley",
+                default_ttl_s=60,
+            )
+        except ApiError as refused:
+            assert refused.status == 400
+            break
+        value = json.loads(minted)["value"]
+    assert value and levels < 300
+    async with open_ws(server, additional_headers=bearer(value)) as ws:
+        tools = (await session_created(ws))["tools"]
+    assert tools[0]["parameters"] == deep_schema(levels - 1)
+
+
+async def test_a_preset_too_large_for_a_key_is_400_naming_the_limit(
+    server: RunningServer,
+) -> None:
+    response = await mint(server, {"session": {"instructions": secrets.token_urlsafe(8000)}})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error",
+        "invalid_value",
+        "session",
+    )
+    assert str(MAX_KEY_CHARS) in error["message"]
+
+
+async def test_the_largest_key_fits_the_browsers_subprotocol_header(serve: ServerFactory) -> None:
+    """MAX_KEY_CHARS is honest: a key just under it passes the header limits of the
+    WebSocket client and server as a subprotocol."""
+    secret = "s" * 32
+    server = await serve(api_keys=[KEY], key_secret=secret)
+    keys = KeyStore([KEY], secret)
+    noise = secrets.token_urlsafe(MAX_KEY_CHARS)
+    size, largest = 0, ""
+    while True:  # grow random (incompressible) instructions until the key is refused
+        size += 128
+        try:
+            largest, _ = keys.issue("parley", SessionIn(instructions=noise[:size]), ttl_s=60)
+        except ApiError as refused:
+            assert refused.status == 400
+            break
+    assert MAX_KEY_CHARS - 256 < len(largest) <= MAX_KEY_CHARS
+    offered = ["realtime", KEY_SUBPROTOCOL + largest]
+    async with open_ws(server, subprotocols=offered) as ws:
+        assert (await session_created(ws))["instructions"] == noise[: size - 128]
+
+
+def test_an_ephemeral_key_is_not_an_api_key() -> None:
+    keys = KeyStore([KEY], "s" * 32)
+    value, _ = keys.issue("parley", None, ttl_s=60)
+    assert keys.authenticate(value, websocket=True) is not None
     with pytest.raises(ApiError) as info:
-        keys.issue("parley", None, ttl_s=10)
-    assert info.value.status == 429
-    clock[0] = T0 + 10  # the first has expired: making a new one purges it
-    keys.issue("parley", None, ttl_s=10)
-    assert keys.outstanding == 2
+        keys.authenticate(value, websocket=False)
+    assert (info.value.status, info.value.code) == (403, "insufficient_permissions")
 
 
 def test_presented_key() -> None:
@@ -285,8 +418,22 @@ def test_settings_read_comma_separated_keys(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("PARLEY_API_KEYS", f" {KEY}, second ,")
     assert Settings().api_keys == [KEY, "second"]
     monkeypatch.setenv("PARLEY_API_KEYS", "ek_reserved")
-    with pytest.raises(ValueError, match="ek_"):
+    with pytest.raises(ValueError, match="ek_") as info:
         Settings()
+    assert "ek_reserved" not in str(info.value)  # keys are not echoed in errors
+
+
+def test_settings_key_secret_is_long_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_KEY_SECRET", "short-secret-value")
+    with pytest.raises(ValueError, match="at least 32 characters") as info:
+        Settings()
+    assert "short-secret-value" not in str(info.value)
+    secret = "x" * 40
+    monkeypatch.setenv("PARLEY_KEY_SECRET", secret)
+    settings = Settings()
+    assert settings.key_secret is not None
+    assert settings.key_secret.get_secret_value() == secret
+    assert secret not in repr(settings)
 
 
 # --- session limit ------------------------------------------------------------------

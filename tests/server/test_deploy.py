@@ -5,7 +5,10 @@ health check."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -34,28 +37,41 @@ def compose_command() -> list[str]:
     )
 
 
-def compose_config(path: Path, *profiles: str) -> subprocess.CompletedProcess[str]:
+PROFILES = ("gpu", "cpu", "replicas")
+REPLICA_SERVICES = {"parley-replica", "proxy"}
+
+
+def compose_config(
+    path: Path, *profiles: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     flags = [arg for p in profiles for arg in ("--profile", p)]
+    # Only what the test sets: the caller's PARLEY_* variables must not leak in.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     return subprocess.run(
         [*compose_command(), "-f", str(path), *flags, "config"],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=path.parent,
+        env={**base, **(env or {})},
     )
 
 
-@pytest.fixture(scope="module")
-def config() -> dict[str, Any]:
-    done = compose_config(COMPOSE, "gpu", "cpu")
+def loaded_config(env: dict[str, str] | None = None) -> dict[str, Any]:
+    done = compose_config(COMPOSE, *PROFILES, env=env)
     assert done.returncode == 0, done.stderr
     loaded: dict[str, Any] = yaml.safe_load(done.stdout)
     return loaded
 
 
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    return loaded_config()
+
+
 def test_compose_validates_and_wires_parley_to_vllm(config: dict[str, Any]) -> None:
     services = config["services"]
-    assert set(services) == {"vllm", "parley", "parley-cpu"}
+    assert set(services) == {"vllm", "parley", "parley-cpu", *REPLICA_SERVICES}
     parley, vllm = services["parley"], services["vllm"]
     assert parley["environment"]["PARLEY_EXECUTOR"] == "openai_compat"
     assert parley["environment"]["PARLEY_BACKEND_URL"] == "http://vllm:8000"
@@ -74,7 +90,92 @@ def test_cpu_profile_runs_parley_alone(config: dict[str, Any]) -> None:
     assert cpu["profiles"] == ["cpu"] and "depends_on" not in cpu
     assert cpu["environment"]["PARLEY_EXECUTOR"] == "cascade"
     assert Path(cpu["build"]["context"]) == ROOT
-    assert all(s["profiles"] == ["gpu"] for n, s in config["services"].items() if n != "parley-cpu")
+    gpu = {n for n, s in config["services"].items() if s["profiles"] == ["gpu"]}
+    assert gpu == {"vllm", "parley"}
+
+
+def seconds(duration: str) -> int:
+    """A compose duration such as "40s" or "1m30s" in seconds."""
+    parts = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert parts is not None and duration, duration
+    return int(parts.group(1) or 0) * 60 + int(parts.group(2) or 0)
+
+
+def haproxy_config() -> str:
+    return (ROOT / "docker" / "haproxy.cfg").read_text()
+
+
+def test_replicas_profile_runs_parley_replicas_behind_a_proxy(config: dict[str, Any]) -> None:
+    services = config["services"]
+    replica, proxy = services["parley-replica"], services["proxy"]
+    assert replica["profiles"] == proxy["profiles"] == ["replicas"]
+    assert replica["deploy"]["replicas"] == 2
+    assert "ports" not in replica  # reached through the proxy only
+    assert "/readyz" in " ".join(replica["healthcheck"]["test"])
+    # Compose waits for the drain deadline and a few seconds more before SIGKILL.
+    drain_s = int(replica["environment"]["PARLEY_DRAIN_TIMEOUT_S"])
+    assert drain_s == 30
+    assert drain_s + 5 <= seconds(replica["stop_grace_period"]) <= drain_s + 15
+    assert proxy["image"].startswith("haproxy:")
+    assert proxy["depends_on"]["parley-replica"]["condition"] == "service_healthy"
+    (port,) = proxy["ports"]
+    assert (int(port["published"]), int(port["target"])) == (8000, 8080)
+    (volume,) = proxy["volumes"]
+    source = volume["source"] if isinstance(volume, dict) else volume.split(":")[0]
+    assert Path(source) == ROOT / "docker" / "haproxy.cfg"
+
+
+def test_every_replica_gets_the_same_keys_and_secret() -> None:
+    env = {
+        "PARLEY_API_KEYS": "k1,k2",
+        "PARLEY_KEY_SECRET": "s3cret",
+        "PARLEY_REPLICAS": "3",
+        "PARLEY_REPLICA_EXECUTOR": "scripted",
+    }
+    replica = loaded_config(env)["services"]["parley-replica"]
+    assert replica["deploy"]["replicas"] == 3
+    given = ("PARLEY_API_KEYS", "PARLEY_KEY_SECRET", "PARLEY_EXECUTOR")
+    assert {k: replica["environment"][k] for k in given} == {
+        "PARLEY_API_KEYS": "k1,k2",
+        "PARLEY_KEY_SECRET": "s3cret",
+        "PARLEY_EXECUTOR": "scripted",
+    }
+    # The proxy has a slot for every replica.
+    slots = re.search(r"server-template parley (\d+) parley-replica:8000", haproxy_config())
+    assert slots is not None and int(slots.group(1)) >= 3
+
+
+def test_a_replica_without_the_shared_secret_refuses_to_start(
+    config: dict[str, Any], tmp_path: Path
+) -> None:
+    """The replica's entrypoint, run by sh with a stand-in `parley` on the PATH."""
+    entrypoint = config["services"]["parley-replica"]["entrypoint"]
+    assert entrypoint[:2] == ["sh", "-c"]
+    script = entrypoint[2].replace("$$", "$")  # compose's escape, undone as at run time
+    fake = tmp_path / "parley"
+    fake.write_text('#!/bin/sh\necho "started: $*"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    path = f"{tmp_path}:/usr/bin:/bin"
+
+    def start(secret: str) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": path, "PARLEY_KEY_SECRET": secret}
+        return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True)
+
+    refused = start("")
+    assert refused.returncode == 2 and "PARLEY_KEY_SECRET" in refused.stderr
+    assert "started" not in refused.stdout
+    started = start("s3cret")
+    assert started.returncode == 0 and started.stdout == "started: serve\n"
+
+
+def test_the_proxy_passes_websockets_and_checks_readiness() -> None:
+    text = haproxy_config()
+    lines = {" ".join(line.split()) for line in text.splitlines() if not line.startswith("#")}
+    assert "mode http" in lines  # HTTP mode forwards the WebSocket upgrade
+    assert "option httpchk GET /readyz" in lines and "http-check expect status 200" in lines
+    tunnel = re.search(r"^\s*timeout tunnel (\d+)h$", text, re.M)
+    assert tunnel is not None and int(tunnel.group(1)) >= 1  # long silent sessions live
+    assert "bind :8080" in lines
 
 
 def test_compose_client_rejects_a_broken_file(tmp_path: Path) -> None:

@@ -51,4 +51,6 @@ async def test_frames_are_reported_and_an_append_carries_its_arrival() -> None:
     assert [c[1] for c in recorder.calls if c[0] == "error_sent"] == ["invalid_json"]
     (stopped,) = [c for c in recorder.calls if c[0] == "speech_stopped"]
     assert stopped[3] is not None and before < stopped[3] < time.monotonic()
-    assert recorder.names()[-1] == "session_closed"
+    # The session ends, then its connection, with the code the client closed with.
+    assert recorder.names()[-2:] == ["session_closed", "connection_closed"]
+    assert recorder.calls[-1] == ("connection_closed", 1000)

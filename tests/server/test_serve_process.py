@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+import server.app
 from server import cli
 
 
@@ -48,7 +49,7 @@ def test_serve_shortens_the_switch_interval_before_serving(
 
 def test_each_worker_shortens_it_too(monkeypatch: pytest.MonkeyPatch, frozen: list[str]) -> None:
     app = object()
-    monkeypatch.setattr(cli, "create_app", lambda: app)
+    monkeypatch.setattr(server.app, "create_app", lambda *_: app)
     assert cli.worker_app() is app
     assert sys.getswitchinterval() == pytest.approx(cli.GIL_SWITCH_INTERVAL_S)
     assert frozen == ["freeze"]

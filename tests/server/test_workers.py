@@ -1,4 +1,7 @@
-"""`parley serve --workers N`: several processes on one port, each with its own app."""
+"""`parley serve --workers N`: several processes on one port, each with its own app.
+
+The server runs as `python -m server.cli` with this checkout first on PYTHONPATH, so
+the processes run the code under test (not an installed `parley`)."""
 
 from __future__ import annotations
 
@@ -7,14 +10,58 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from websockets.sync.client import connect
 
+from server import cli
+from server.config import Settings
 from tests.support.servers import free_port
 
-PARLEY = str(Path(sys.executable).with_name("parley"))
+ROOT = Path(__file__).resolve().parents[2]
+PARLEY = [sys.executable, "-m", "server.cli"]
+KEY = "sk-workers-test-key"
+
+
+def parley_env(**variables: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    return {**env, "PYTHONPATH": str(ROOT), **variables}
+
+
+@contextmanager
+def serving(argv: list[str], env: dict[str, str], port: int) -> Iterator[subprocess.Popen[str]]:
+    """`parley serve` in its own process, once /healthz answers; stopped at the end."""
+    proc = subprocess.Popen(
+        [*PARLEY, "serve", "--port", str(port), *argv, "--log-level", "warning"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as http:
+            deadline = time.monotonic() + 120  # a safety net on a loaded machine
+            while True:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                try:
+                    if http.get("/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "the workers did not start"
+                time.sleep(0.2)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def children(pid: int) -> list[int]:
@@ -32,26 +79,9 @@ def children(pid: int) -> list[int]:
 
 def test_two_workers_serve_sessions_and_stop() -> None:
     port = free_port()
-    env = {**os.environ, "PARLEY_SCRIPTED_CHUNK_DELAY_S": "0"}
-    flags = ["--port", str(port), "--executor", "scripted", "--model", "from-the-flag"]
-    proc = subprocess.Popen(
-        [PARLEY, "serve", "--workers", "2", *flags, "--log-level", "warning"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                try:
-                    if http.get("/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the workers did not start"
-                time.sleep(0.2)
+    env = parley_env(PARLEY_SCRIPTED_CHUNK_DELAY_S="0")
+    flags = ["--workers", "2", "--executor", "scripted", "--model", "from-the-flag"]
+    with serving(flags, env, port) as proc:
         # The supervisor's children: two workers (plus multiprocessing's helper, if any).
         assert len(children(proc.pid)) >= 2
         url = f"ws://127.0.0.1:{port}/v1/realtime"
@@ -60,20 +90,63 @@ def test_two_workers_serve_sessions_and_stop() -> None:
                 event = json.loads(ws.recv(timeout=10))
                 assert event["type"] == "session.created"
                 assert event["session"]["model"] == "from-the-flag"  # flags reach the workers
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
     assert proc.returncode is not None
+
+
+def test_keys_minted_by_any_worker_open_sessions_on_every_worker() -> None:
+    """Without PARLEY_KEY_SECRET the workers share the one `serve` made, so whichever
+    worker mints a key and whichever takes its connection, the session opens with
+    the key's preset; and opens again (keys are not used up)."""
+    port = free_port()
+    env = parley_env(PARLEY_API_KEYS=KEY)
+    with serving(["--workers", "2", "--executor", "scripted"], env, port):
+        values = []
+        for n in range(10):
+            # A connection per request, so that the workers share the minting.
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as http:
+                body = {"session": {"type": "realtime", "instructions": f"Preset {n}."}}
+                minted = http.post(
+                    "/v1/realtime/client_secrets",
+                    json=body,
+                    headers={"Authorization": f"Bearer {KEY}"},
+                )
+            assert minted.status_code == 200, minted.text
+            values.append(minted.json()["value"])
+        url = f"ws://127.0.0.1:{port}/v1/realtime"
+        opened = []
+        for value in values:
+            for offered in (
+                {"additional_headers": {"Authorization": f"Bearer {value}"}},
+                {"subprotocols": ["realtime", f"openai-insecure-api-key.{value}"]},
+            ):
+                with connect(url, proxy=None, open_timeout=10, **offered) as ws:  # type: ignore[arg-type]
+                    event = json.loads(ws.recv(timeout=10))
+                opened.append((event["type"], event["session"]["instructions"]))
+        assert opened == [("session.created", f"Preset {n}.") for n in range(10) for _ in "ab"]
+
+
+def test_serve_shares_one_key_secret_with_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str | None] = []
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        seen.append(os.environ.get("PARLEY_KEY_SECRET"))
+
+    monkeypatch.setattr(cli.uvicorn, "run", run)
+    monkeypatch.delenv("PARLEY_KEY_SECRET", raising=False)
+    cli.serve_workers(Settings(), {}, 2)
+    made = seen[-1]
+    assert made is not None and len(made) >= 32
+    assert Settings().key_secret is not None  # what each worker reads
+    given = "g" * 32
+    monkeypatch.setenv("PARLEY_KEY_SECRET", given)
+    cli.serve_workers(Settings(), {}, 2)
+    assert seen[-1] == given  # a configured secret is kept, for replicas to share
 
 
 def test_a_missing_model_stops_every_worker(tmp_path: Path) -> None:
     missing = tmp_path / "nope.gguf"
-    env = {**os.environ, "PARLEY_CACHE_DIR": str(tmp_path / "cache")}
-    argv = [PARLEY, "serve", "--workers", "2", "--port", str(free_port())]
+    env = parley_env(PARLEY_CACHE_DIR=str(tmp_path / "cache"))
+    argv = [*PARLEY, "serve", "--workers", "2", "--port", str(free_port())]
     # A startup failure ends the supervisor, not a loop of restarted workers.
     done = subprocess.run(
         [*argv, "--llm-model", str(missing)], env=env, capture_output=True, text=True, timeout=120

@@ -1,0 +1,109 @@
+"""What the server logs, and how: ids on every line, never audio or keys.
+
+- `LogObserver` (an engine observer) logs each session's life with its ids: opened,
+  closed with its close code, every error sent with its code, every response done
+  with its status.
+- `session_var` holds the session id of the connection a task serves
+  (server/realtime.py sets it; the session's tasks inherit it), and `SessionFilter`
+  puts it on every record, so lines from the engine and the models name their
+  session too.
+- `configure_logging` sets up `parley serve` (and each `--workers` process).
+
+Nothing here logs a payload: events are logged by type and code only. The
+WebSocket library logs frames (audio) and handshake headers (keys) at DEBUG:
+`RedactFilter` drops the frames and hides the secret headers.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+
+from engine.observer import Observer, ResponseStatus
+
+log = logging.getLogger("parley.sessions")
+
+session_var: ContextVar[str | None] = ContextVar("parley_session", default=None)
+
+FORMAT = "%(levelname)s %(name)s%(session_tag)s: %(message)s"
+
+
+class SessionFilter(logging.Filter):
+    """Adds `session_tag` (" [sess_…]" or "") to every record of a handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        session_id = session_var.get()
+        record.session_tag = f" [{session_id}]" if session_id else ""
+        return True
+
+
+# Under uvicorn, the websockets library logs to "uvicorn.error" at DEBUG: every
+# frame (an append's is audio) and every handshake header (the key travels in
+# `Authorization` or, from a browser, in `Sec-WebSocket-Protocol`).
+FRAME_FORMATS = frozenset({"< %s", "> %s"})
+HEADER_FORMATS = frozenset({"< %s: %s", "> %s: %s"})
+SECRET_HEADERS = frozenset({"authorization", "sec-websocket-protocol", "cookie", "set-cookie"})
+REDACTED = "[redacted]"
+
+
+class RedactFilter(logging.Filter):
+    """Drops the WebSocket library's frame lines and hides secret header values."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in FRAME_FORMATS:
+            return False
+        if record.msg in HEADER_FORMATS and isinstance(record.args, tuple) and record.args:
+            name = str(record.args[0])
+            if name.lower() in SECRET_HEADERS:
+                record.args = (name, REDACTED)
+        return True
+
+
+# The loggers the WebSocket library writes to: uvicorn's, or its own when used alone.
+LIBRARY_LOGGERS = ("uvicorn.error", "websockets.server", "websockets.protocol")
+
+
+def install_redaction() -> None:
+    """Idempotent; every app does it (server/app.py), whoever set up logging."""
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactFilter) for f in logger.filters):
+            logger.addFilter(RedactFilter())
+
+
+def configure_logging(level: str) -> None:
+    """The root handler of a `parley serve` process, with session ids on its lines."""
+    # uvicorn's "trace" is below DEBUG; the standard library does not know it.
+    level = "DEBUG" if level.lower() == "trace" else level.upper()
+    logging.basicConfig(level=level, format=FORMAT)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, SessionFilter) for f in handler.filters):
+            handler.addFilter(SessionFilter())
+    install_redaction()
+
+
+class LogObserver(Observer):
+    """Each session's life in the log, by id and code (never a payload)."""
+
+    def session_opened(self, session_id: str) -> None:
+        log.info("session %s opened", session_id)
+
+    def connection_closed(self, session_id: str | None, code: int) -> None:
+        if session_id is None:
+            log.info("connection refused: close code %d", code)
+        else:
+            log.info("session %s closed: close code %d", session_id, code)
+
+    def error_sent(self, session_id: str, code: str) -> None:
+        log.info("session %s: error %s", session_id, code)
+
+    def barge_in(self, session_id: str, response_id: str) -> None:
+        log.debug("session %s: response %s interrupted by speech", session_id, response_id)
+
+    def response_created(self, session_id: str, response_id: str, item_id: str) -> None:
+        log.debug("session %s: response %s created (item %s)", session_id, response_id, item_id)
+
+    def response_done(self, session_id: str, response_id: str, status: ResponseStatus) -> None:
+        # Ordinary endings at DEBUG (one per turn); the others say something went wrong.
+        level = logging.DEBUG if status in ("completed", "cancelled") else logging.INFO
+        log.log(level, "session %s: response %s done: %s", session_id, response_id, status)
