@@ -264,6 +264,7 @@ class Session:
                 self.responder.finished(m)
             case TranscriptionFinished():
                 self.transcription.finished(m)
+                self._bound_history()  # a transcript is text the bounds count
 
     def _error(self, exc: protocol.ProtocolError) -> None:
         self.emit.control(

@@ -3,6 +3,9 @@ each kept as the shortest example that showed it."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from engine.history import text_chars
 from engine.limits import EngineLimits
 from tests.support.harness import Harness
 
@@ -50,3 +53,21 @@ async def test_a_burst_of_client_events_does_not_close_a_reading_client() -> Non
         await h.settle()  # the session lives on (a closed one never settles)
         assert len(h.of("conversation.item.done")) == 20
         assert h.errors() == []
+
+
+async def test_a_transcript_that_arrives_later_is_held_to_the_text_bound() -> None:
+    """The history bounds ran at a commit, an item create and a response's end, but a
+    turn's transcript lands later (its transcription runs in the background): the
+    conversation then held more text than max_history_text_chars until the next."""
+    limits = EngineLimits(max_history_text_chars=30)
+    transcribe = {"input": {"turn_detection": None, "transcription": {"model": "whisper-1"}}}
+    async with Harness(limits=limits) as h:
+        await h.update_audio(**transcribe)
+        for _ in range(2):  # each transcript: "audio of 4800 samples", 21 characters
+            await h.append(np.zeros(4800, dtype=np.int16))
+            await h.send({"type": "input_audio_buffer.commit"})
+            await h.settle()
+        items = h.session.conversation.items
+        assert sum(text_chars(item) for item in items) <= 30
+        first = h.of("input_audio_buffer.committed")[0]["item_id"]
+        assert [e["item_id"] for e in h.of("conversation.item.deleted")] == [first]
