@@ -20,8 +20,11 @@ def created(rid: str, in_band: bool = True) -> dict[str, Any]:
     return {"type": "response.created", "response": {"id": rid, "conversation_id": conversation}}
 
 
-def done(rid: str) -> dict[str, Any]:
-    return {"type": "response.done", "response": {"id": rid, "status": "completed"}}
+def done(rid: str, reason: str | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"id": rid, "status": "completed"}
+    if reason is not None:
+        response |= {"status": "cancelled", "status_details": {"reason": reason}}
+    return {"type": "response.done", "response": response}
 
 
 def delta(rid: str) -> dict[str, Any]:
@@ -80,3 +83,14 @@ def test_an_unanswered_vad_turn_is_caught_once_nothing_defers_it() -> None:
         feed(*vad_turn("a")).check_settled()
     with pytest.raises(AssertionError):
         feed(created("r1"), *vad_turn("a"), done("r1"), session=NO_INTERRUPT).check_settled()
+
+
+def test_a_client_cancel_drops_a_deferred_answer_and_a_truncation_does_not() -> None:
+    deferred = [created("r1"), *vad_turn("a")]
+    cancel = done("r1", "client_cancelled")
+    truncated = {"type": "conversation.item.truncated", "item_id": "i", "audio_end_ms": 0}
+    feed(*deferred, cancel, session=NO_INTERRUPT).check_settled()  # response.cancel
+    cleared = {"type": "output_audio_buffer.cleared", "response_id": "r1"}
+    feed(*deferred, cancel, cleared, session=NO_INTERRUPT).check_settled()
+    with pytest.raises(AssertionError):  # the deferred answer should have followed
+        feed(*deferred, cancel, truncated, session=NO_INTERRUPT).check_settled()

@@ -9,8 +9,10 @@
 - no `internal_error`, and every `error` carries the OpenAI fields;
 - every server_vad commit made while `create_response` is on gets a `response.created`,
   unless the protocol drops that request: a barge-in (`speech_started` with
-  `interrupt_response`), or a client cancel (`excuse_pending`). Until then it may wait
-  only behind an in-band response in progress (the deferred request).
+  `interrupt_response`), or the client cancelling the conversation's response with
+  `response.cancel` or `output_audio_buffer.clear` (a truncation cancels it too but
+  keeps the deferred answer). Until then it may wait only behind an in-band response
+  in progress (the deferred request).
 
 The turn detection settings the commit rule needs are read from the stream itself
 (`session.created`, `session.updated`), so the ledger needs nothing but the events.
@@ -55,6 +57,10 @@ class EventLedger:
     items: dict[str, None] = field(default_factory=dict)
     errors: list[dict[str, Any]] = field(default_factory=list)
     count: int = 0
+    # An in-band response.done the client caused: `response.cancel` and
+    # `output_audio_buffer.clear` drop a deferred answer, a truncation (whose
+    # `conversation.item.truncated` follows at once) does not. Settled by the next event.
+    client_cancel: bool = False
     broken: bool = False  # a rule was broken (and reported)
 
     @property
@@ -85,6 +91,10 @@ class EventLedger:
     def _feed(self, event: dict[str, Any]) -> None:
         self.count += 1
         kind = event["type"]
+        if self.client_cancel:
+            self.client_cancel = False
+            if kind != "conversation.item.truncated":
+                self.unanswered.clear()
         where = f"event #{self.count} ({kind})"
         response_id = event.get("response_id")
         if response_id is None and kind.startswith("response."):
@@ -109,6 +119,8 @@ class EventLedger:
             case "response.done":
                 assert response_id is not None
                 self.done.add(response_id)
+                reason = (event["response"].get("status_details") or {}).get("reason")
+                self.client_cancel = self.created[response_id] and reason == "client_cancelled"
             case "response.output_item.added":
                 assert response_id is not None
                 self.outputs.setdefault(response_id, []).append(event["item"]["id"])
@@ -132,12 +144,11 @@ class EventLedger:
                 assert error["code"] != "internal_error", f"{where}: {error}"
                 self.errors.append(error)
 
-    def excuse_pending(self) -> None:
-        """The client cancelled the conversation's response: a deferred answer goes too."""
-        self.unanswered.clear()
-
     def check_settled(self) -> None:
         """At rest, a VAD turn waits for its answer only behind an in-band response."""
+        if self.client_cancel:  # the stream ends with a client's cancel
+            self.client_cancel = False
+            self.unanswered.clear()
         assert not self.unanswered or self.in_band_open, (
             f"VAD turns {self.unanswered} were committed with create_response and never answered"
         )
