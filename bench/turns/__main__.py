@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.turns.corpus import SETS, build as build_corpus
+from bench.turns.corpus import SETS, make_corpus
 from bench.turns.report import build, table, write
 from bench.turns.run import MODES, run
 from bench.turns.synth import EspeakMissing
@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        corpus = build_corpus(args.seed)
+        corpus = make_corpus(args.seed)
     except EspeakMissing as missing:
         print(missing, file=sys.stderr)
         return 2

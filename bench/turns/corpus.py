@@ -115,7 +115,7 @@ def _spec_key(seed: int) -> str:
     return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
 
-def build(seed: int, cache_dir: Path | None = CACHE_DIR) -> Corpus:
+def make_corpus(seed: int, cache_dir: Path | None = CACHE_DIR) -> Corpus:
     """The set for `seed`, from the cache when it was made before."""
     path = None if cache_dir is None else cache_dir / f"seed-{seed}-{_spec_key(seed)}.npz"
     if path is not None and path.exists():
@@ -173,16 +173,16 @@ def _save(corpus: Corpus, path: Path) -> None:
         | {"snr_db": it.snr_db, "noise_seed": it.noise_seed}
         for it in corpus.items
     ]
-    arrays = {f"item{i}": it.speech for i, it in enumerate(corpus.items)}
-    arrays |= {f"babble{i}": b for i, b in enumerate(corpus.babble)}
+    # arr_0 the metadata, then each item's speech, then each babble track.
+    tracks = [it.speech for it in corpus.items] + corpus.babble
     tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
+    np.savez(tmp, np.array(json.dumps(meta)), *tracks)
     tmp.replace(path)
 
 
 def _load(seed: int, path: Path) -> Corpus:
     with np.load(path) as data:
-        meta = json.loads(str(data["meta"]))
+        meta = json.loads(str(data["arr_0"]))
         items = [
             Item(
                 m["name"],
@@ -190,12 +190,13 @@ def _load(seed: int, path: Path) -> Corpus:
                 m["text"],
                 m["voice"],
                 m["rate_wpm"],
-                data[f"item{i}"].astype(np.int16),
+                data[f"arr_{1 + i}"].astype(np.int16),
                 [(a, b) for a, b in m["segments"]],
                 m["snr_db"],
                 m["noise_seed"],
             )
             for i, m in enumerate(meta)
         ]
-        babble = [data[f"babble{i}"].astype(np.int16) for i in range(len(BABBLE))]
+        first = 1 + len(items)
+        babble = [data[f"arr_{first + i}"].astype(np.int16) for i in range(len(BABBLE))]
     return Corpus(seed, items, babble)

@@ -67,9 +67,7 @@ def truth_of(spans: list[tuple[int, int]], sent_t: list[float]) -> Truth:
     return Truth(spans, sent_t[last_chunk])
 
 
-async def run_item(
-    url: str, mode: Mode, corpus: Corpus, item: Item, speed: float
-) -> ItemResult:
+async def run_item(url: str, mode: Mode, corpus: Corpus, item: Item, speed: float) -> ItemResult:
     pcm, spans = corpus.stream(item, LEAD_MS, mode.trail_ms)
     streamed = await stream_item(url, mode.turn_detection, pcm, speed)
     if streamed.refused is not None:

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.soak.audio import chunk_texts
 from bench.soak.actor import ACK_TIMEOUT_S, session_update
+from bench.soak.audio import chunk_texts
 from bench.soak.tally import Tally
 from bench.soak.wire import Conn
 from bench.turns.noise import Pcm16

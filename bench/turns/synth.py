@@ -40,7 +40,7 @@ def speak(text: str, voice: str, rate_wpm: int) -> Pcm16:
     with wave.open(io.BytesIO(wav_bytes), "rb") as wav:
         rate, header = wav.getframerate(), len(wav_bytes) - _data_bytes(wav_bytes)
     pcm = np.frombuffer(wav_bytes[header:], dtype="<i2")[: (len(wav_bytes) - header) // 2]
-    out = soxr.resample(pcm.astype(np.float32), rate, PCM_RATE)
+    out: npt.NDArray[np.float32] = soxr.resample(pcm.astype(np.float32), rate, PCM_RATE)
     return np.clip(np.rint(out), -32768, 32767).astype(np.int16)
 
 
