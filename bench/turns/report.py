@@ -37,7 +37,9 @@ def mode_report(result: ModeResult) -> dict[str, Any]:
             "voice": r.item.voice,
             "rate_wpm": r.item.rate_wpm,
             "truth_ms": [[a + LEAD_MS, b + LEAD_MS] for a, b in r.item.segments],
-            "turns": [[t.start_ms, t.end_ms] for t in r.streamed.turns],
+            "detected": [
+                [t.start_ms, t.end_ms, t.committed_t is not None] for t in r.streamed.turns
+            ],
         }
         | ({} if r.outcome is None else r.outcome.__dict__)
         for r in result.items
@@ -68,8 +70,8 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         "end of turn after the true end of speech, ms p50/p90: audio = audio_end_ms;"
         f" stopped, committed = arrival at the client{wall}",
-        "mode | set | items | cut-offs | missed | extra | audio p50/p90 | stopped p50/p90"
-        " | committed p50/p90",
+        "mode | set | items | cut-offs | missed (never ended) | extra | audio p50/p90"
+        " | stopped p50/p90 | committed p50/p90",
     ]
     for mode in report["modes"]:
         if not mode["supported"]:
@@ -79,7 +81,8 @@ def table(report: dict[str, Any]) -> str:
             lat = s["latency_ms"]
             cells = [f"{_ms(lat[k]['p50'])}/{_ms(lat[k]['p90'])}" for k in lat]
             lines.append(
-                f"{mode['mode']} | {name} | {s['items']} | {s['cut_offs']} | {s['missed']}"
+                f"{mode['mode']} | {name} | {s['items']} | {s['cut_offs']}"
+                f" | {s['missed']} ({s['unended_turns']})"
                 f" | {s['extra_turns']} | " + " | ".join(cells)
             )
     return "\n".join(lines)

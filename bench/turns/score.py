@@ -47,6 +47,7 @@ class Outcome:
     extra: int  # committed turns belonging to no speech
     cut_off: bool
     missed: bool
+    unended: int = 0  # turns started and never committed (a VAD held open by noise)
     audio_end_ms: float | None = None  # audio_end_ms - true end
     stopped_ms: float | None = None  # speech_stopped arrival - true end sent
     committed_ms: float | None = None  # committed arrival - true end sent
@@ -60,12 +61,12 @@ def overlaps(turn: Turn, start_ms: int, end_ms: int) -> bool:
 def classify(turns: list[Turn], truth: Truth) -> Outcome:
     committed = [t for t in turns if t.committed_t is not None]
     own = [t for t in committed if overlaps(t, truth.start_ms, truth.end_ms)]
-    extra = len(committed) - len(own)
+    extra, unended = len(committed) - len(own), len(turns) - len(committed)
     if not own:
-        return Outcome(0, extra, cut_off=False, missed=True)
+        return Outcome(0, extra, cut_off=False, missed=True, unended=unended)
     early = any(t.committed_t is not None and t.committed_t < truth.end_sent_t for t in own)
     if len(own) >= 2 or early:
-        return Outcome(len(own), extra, cut_off=True, missed=False)
+        return Outcome(len(own), extra, cut_off=True, missed=False, unended=unended)
     last = own[-1]
     assert last.committed_t is not None
 
@@ -77,6 +78,7 @@ def classify(turns: list[Turn], truth: Truth) -> Outcome:
         extra,
         cut_off=False,
         missed=False,
+        unended=unended,
         audio_end_ms=None if last.end_ms is None else float(last.end_ms - truth.end_ms),
         stopped_ms=since_end(last.stopped_t),
         committed_ms=since_end(last.committed_t),
@@ -98,6 +100,7 @@ def summarize(outcomes: list[Outcome]) -> dict[str, object]:
         "cut_offs": sum(o.cut_off for o in outcomes),
         "missed": sum(o.missed for o in outcomes),
         "extra_turns": sum(o.extra for o in outcomes),
+        "unended_turns": sum(o.unended for o in outcomes),
         "clean": sum(not o.cut_off and not o.missed for o in outcomes),
         "latency_ms": {
             "audio_end": latency("audio_end_ms"),
