@@ -41,6 +41,9 @@ def test_a_hesitation_split_in_two_turns_is_a_cut_off_without_latency() -> None:
     outcome = classify([first, second], HESITATION)
     assert (outcome.turns, outcome.cut_off, outcome.missed, outcome.extra) == (2, True, False, 0)
     assert outcome.committed_ms is None and outcome.audio_end_ms is None
+    # Two turns are a split whenever the first one was committed.
+    late = Truth(HESITATION.spans, end_sent_t=8.0)
+    assert classify([first, second], late).cut_off
 
 
 def test_one_turn_committed_before_the_true_end_was_sent_is_a_cut_off() -> None:
