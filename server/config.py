@@ -71,6 +71,13 @@ class Settings(BaseSettings):
     max_sessions: int | None = Field(default=None, ge=1)
     # Lifetime of a client secret made without `expires_after` (OpenAI's default).
     ephemeral_ttl_s: int = Field(default=600, ge=10, le=7200)
+    # On SIGTERM/SIGINT answers in flight get this long to finish; then every session
+    # still open has its responses cancelled and is closed with 1001 (docs/deploy.md).
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    # A send to a client (an event or the close frame) that cannot be handed to the
+    # socket for this long means the client stopped reading: its connection is
+    # aborted, not closed politely, so it holds no memory and delays no shutdown.
+    write_timeout_s: float = Field(default=10.0, gt=0)
 
     @field_validator("log_level", mode="before")
     @classmethod
