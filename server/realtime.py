@@ -97,7 +97,7 @@ class _Connection:
     """A session being served, as the drain sees it."""
 
     ws: WebSocket
-    session: Session
+    session: Session | None = None  # None until the upgrade is accepted
 
 
 class RealtimeEndpoint:
@@ -121,20 +121,23 @@ class RealtimeEndpoint:
         self.draining = False
         self._connections: set[_Connection] = set()
 
-    async def drain(self, timeout_s: float, cut: asyncio.Event | None = None) -> None:
+    async def drain(self, cut: asyncio.Event | None = None) -> None:
         """Graceful shutdown: refuse new sessions, let every session finish what it is
-        answering for up to `timeout_s` (or until `cut` is set), then end the rest
+        answering for up to `drain_timeout_s` (or until `cut` is set), then end the rest
         (terminal events, 1001); connections that cannot take their last events
         within END_GRACE_S are aborted. Returns when no session is open, or at the
         latest END_GRACE_S after the deadline plus the sessions' bounded shutdown."""
         self.draining = True
+        timeout_s = self.settings.drain_timeout_s
         log.info("draining %d session(s), for up to %.1f s", self.sessions, timeout_s)
         for connection in self._connections:
-            connection.session.drain()
+            if connection.session is not None:
+                connection.session.drain()
         if not await _wait_for(self.drained, timeout_s, cut):
             log.warning("drain deadline: ending %d session(s)", len(self._connections))
             for connection in self._connections:
-                connection.session.end()
+                if connection.session is not None:
+                    connection.session.end()
             if not await _wait_for(self.drained, END_GRACE_S):
                 for connection in self._connections:
                     abort_connection(connection.ws)
@@ -161,7 +164,8 @@ class RealtimeEndpoint:
             # Accepted first so the client gets a close code it can act on; the
             # ephemeral key is left unused for the retry.
             await ws.accept(subprotocol=subprotocol)
-            await ws.close(code=1013, reason=f"At capacity ({limit} sessions); try again later.")
+            reason = f"At capacity ({limit} sessions); try again later."
+            await self._close(ws, Ending(CLOSE_TRY_AGAIN, reason))
             return
         # From authentication to here nothing awaits, so concurrent handshakes cannot
         # both take the last slot, nor both use one ephemeral key.
@@ -169,9 +173,12 @@ class RealtimeEndpoint:
             self.keys.consume(ephemeral)
         self.sessions += 1
         self.drained.clear()
+        # Tracked until its connection is closed, so that the drain can abort it.
+        connection = _Connection(ws)
+        self._connections.add(connection)
         try:
             await ws.accept(subprotocol=subprotocol)
-            session = Session(
+            connection.session = session = Session(
                 self.executor,
                 self.vad,
                 model=ephemeral.model if ephemeral else model or self.settings.model,
@@ -182,6 +189,7 @@ class RealtimeEndpoint:
             ending = await self._run(ws, session, beta)
             await self._close(ws, ending)
         finally:
+            self._connections.discard(connection)
             self.sessions -= 1
             if not self.sessions:
                 self.drained.set()
@@ -204,8 +212,6 @@ class RealtimeEndpoint:
         runner = asyncio.create_task(session.run(), name=f"session:{session.session_id}")
         writer = asyncio.create_task(self._write(ws, session, beta), name="writer")
         reader = asyncio.create_task(self._read(ws, session), name="reader")
-        connection = _Connection(ws, session)
-        self._connections.add(connection)
         if self.draining:  # accepted while the drain began
             session.drain()
         try:
@@ -222,7 +228,6 @@ class RealtimeEndpoint:
                     ending = Ending(abort=True)
             return ending
         finally:
-            self._connections.discard(connection)
             reader.cancel()
             session.close()
             with contextlib.suppress(Exception, asyncio.CancelledError):

@@ -13,28 +13,42 @@ import asyncio
 import logging
 import socket
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from unittest import mock
 
 import uvicorn
 from uvicorn.supervisors import multiprocess
 
-from server.realtime import RealtimeEndpoint
+# Nothing of Parley is imported here: a `--workers` process unpickles DrainingProcess
+# before it answers the supervisor's first health check (5 s), so this module must
+# load fast; the app (and server.realtime) is loaded afterwards, by the server.
 
 log = logging.getLogger(__name__)
 
 # After the drain: how long uvicorn's shutdown waits for connections and tasks
 # (HTTP requests, closing handshakes) before it cancels them.
 SHUTDOWN_GRACE_S = 3.0
+# How long a worker may take to answer the supervisor's health check. uvicorn's 5 s
+# default kills and restarts workers forever when starting one (spawn imports the
+# main module, i.e. all of Parley, before the worker can answer) takes longer, as
+# it does on 2 busy cores (6 s measured).
+WORKER_HEALTHCHECK_S = 30
 
 
-def find_endpoint(app: Any) -> RealtimeEndpoint | None:
+@runtime_checkable
+class Drainable(Protocol):
+    """What the server drains (server.realtime.RealtimeEndpoint)."""
+
+    async def drain(self, cut: asyncio.Event | None = None) -> None: ...
+
+
+def find_endpoint(app: Any) -> Drainable | None:
     """The realtime endpoint of a loaded app, through uvicorn's wrappers (proxy
     headers, logging), each of which holds the app it wraps as `.app`."""
     for _ in range(8):
         state = getattr(app, "state", None)
         endpoint = getattr(state, "endpoint", None)
-        if isinstance(endpoint, RealtimeEndpoint):
+        if isinstance(endpoint, Drainable):
             return endpoint
         app = getattr(app, "app", None)
         if app is None:
@@ -56,7 +70,7 @@ class DrainingServer(uvicorn.Server):
         if endpoint is not None and not self.force_exit:
             self._loop = asyncio.get_running_loop()
             self._cut = asyncio.Event()
-            await endpoint.drain(endpoint.settings.drain_timeout_s, self._cut)
+            await endpoint.drain(self._cut)
         await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -80,6 +94,7 @@ def run_workers(config: uvicorn.Config) -> None:
     """What `uvicorn.run` does for `workers > 1`, with draining workers. The
     supervisor sends SIGTERM to every worker and waits for them without a deadline,
     so each gets its whole drain."""
+    config.timeout_worker_healthcheck = max(config.timeout_worker_healthcheck, WORKER_HEALTHCHECK_S)
     sock = config.bind_socket()
     # uvicorn's supervisor makes its workers from the module's `Process`.
     with mock.patch.object(multiprocess, "Process", DrainingProcess):
