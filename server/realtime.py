@@ -126,7 +126,7 @@ class RealtimeEndpoint:
         answering for up to `drain_timeout_s` (or until `cut` is set), then end the rest
         (terminal events, 1001); connections that cannot take their last events
         within END_GRACE_S are aborted. Returns when no session is open, or at the
-        latest END_GRACE_S after the deadline plus the sessions' bounded shutdown."""
+        latest twice END_GRACE_S after the deadline."""
         self.draining = True
         timeout_s = self.settings.drain_timeout_s
         log.info("draining %d session(s), for up to %.1f s", self.sessions, timeout_s)
@@ -141,8 +141,9 @@ class RealtimeEndpoint:
             if not await _wait_for(self.drained, END_GRACE_S):
                 for connection in self._connections:
                     abort_connection(connection.ws)
-                # Aborted readers end at once; the sessions' shutdown is bounded.
-                await _wait_for(self.drained, END_GRACE_S + 2 * self.settings.write_timeout_s)
+                # Aborted readers end at once, and a session's shutdown takes at most
+                # 2 s (_run); uvicorn's shutdown cancels whatever still runs after it.
+                await _wait_for(self.drained, END_GRACE_S)
 
     async def handle(self, ws: WebSocket, model: str | None = None) -> None:
         if self.draining:
