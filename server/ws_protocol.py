@@ -68,6 +68,14 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
             self.close_timer.cancel()
             self.close_timer = self.loop.call_later(self.close_timeout, self.abort)
 
+    def shutdown(self) -> None:
+        # uvicorn's shutdown (after the drain) closes the transport, which then waits
+        # for a stalled client to take what is still buffered, and so keeps the
+        # process waiting (and the kernel holding it after exit): abort instead.
+        super().shutdown()
+        if self.transport.get_write_buffer_size():
+            self.abort()
+
     def handle_parser_exception(self) -> None:
         # The parser failed the connection (1009 for a message over ws_max_size; also
         # a protocol violation): the close frame is queued. Called again for every
