@@ -169,6 +169,7 @@ async def test_a_client_that_stops_reading_is_aborted_at_the_write_deadline(
     # connection is aborted, while the client is connected and not reading.
     async with asyncio.timeout(20):
         ended = await asyncio.to_thread(flood_without_reading, server.port)
-    assert isinstance(ended, ConnectionResetError), f"not aborted: {ended!r}"
+    # A reset, under the client's read or its last send.
+    assert isinstance(ended, ConnectionResetError | BrokenPipeError), f"not aborted: {ended!r}"
     # The abort happens in the same step as the session's end is counted.
     assert await sessions(server) == 0
