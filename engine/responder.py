@@ -231,6 +231,22 @@ class Responder:
             self._outbox.drop_stale()
         self._emit.control(OutputAudioBufferCleared, response_id=last)
 
+    @property
+    def responding(self) -> bool:
+        """A response is active, waits (deferred) or runs out of band."""
+        return self.active is not None or self.deferred is not None or bool(self._oob)
+
+    async def cancel_all(self) -> None:
+        """The server is going away: every response, the conversation's and the
+        out-of-band ones, is cancelled as `response.cancel` would (fenced, aborted,
+        closed with its one `response.done`), without a reason: none of the
+        protocol's fits. The aborts run together."""
+        self.deferred = None
+        ending = [*self._oob.values()]
+        if self.active is not None:
+            ending.append(self.active)
+        await asyncio.gather(*(self._cancel(resp, None) for resp in ending))
+
     async def shutdown(self) -> None:
         """The connection is gone: stop every response's model request and task, the
         conversation's and the out-of-band ones alike (nobody is left to hear them),
@@ -351,7 +367,7 @@ class Responder:
             output=output,
         )
 
-    async def _cancel(self, resp: ActiveResponse, reason: CancelReason) -> None:
+    async def _cancel(self, resp: ActiveResponse, reason: CancelReason | None) -> None:
         # 1. fence: nothing of the old epoch reaches the wire now
         if resp.request.out_of_band:
             self._oob_epochs.pop(resp.id, None)
@@ -362,7 +378,10 @@ class Responder:
         if resp.task is not None:
             resp.task.cancel()
         # 3. exactly one terminal event
-        self._finalize(resp, "cancelled", {"type": "cancelled", "reason": reason})
+        details = (
+            {"type": "cancelled"} if reason is None else {"type": "cancelled", "reason": reason}
+        )
+        self._finalize(resp, "cancelled", details)
 
     async def _abort(self, resp: ActiveResponse) -> None:
         try:

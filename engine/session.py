@@ -80,6 +80,16 @@ class _Close:
     pass
 
 
+@dataclass(frozen=True)
+class _Drain:
+    """End the session once it has nothing left to answer."""
+
+
+@dataclass(frozen=True)
+class _End:
+    """End the session now, every response closed with its `response.done`."""
+
+
 Message = (
     protocol.ClientEvent
     | Reject
@@ -87,6 +97,8 @@ Message = (
     | ResponseFinished
     | TranscriptionFinished
     | _Close
+    | _Drain
+    | _End
 )
 InternalMessage = PreparationFinished | ResponseFinished | TranscriptionFinished
 
@@ -165,15 +177,27 @@ class Session:
         self._mailbox.put_nowait(message)
 
     def close(self) -> None:
+        """The connection is gone: end now, telling nobody."""
         self._post(_Close())
 
+    def drain(self) -> None:
+        """The server is shutting down: `run` returns as soon as the session is idle
+        (at once if it is now), so answers in flight finish first."""
+        self._post(_Drain())
+
+    def end(self) -> None:
+        """The server's drain deadline: every response is cancelled with its
+        `response.done` (in the outbox, for the connection to send), then `run`
+        returns."""
+        self._post(_End())
+
     def idle(self) -> bool:
-        """Nothing queued or running (for tests and graceful shutdown)."""
+        """Nothing queued or running: no response active, deferred or out of band,
+        no turn being prepared or transcribed (for tests and graceful shutdown)."""
         return (
             self._mailbox.empty()
             and not self._busy
-            and self.responder.in_flight() == 0
-            and self.responder.deferred is None
+            and not self.responder.responding
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
         )
@@ -187,13 +211,19 @@ class Session:
         if self.observer is not None:
             self.observer.session_opened(self.session_id)
         try:
+            draining = False
             while True:
                 message = await self._mailbox.get()
                 if isinstance(message, _Close):
                     break
+                if isinstance(message, _End):
+                    await self.responder.cancel_all()
+                    break
+                draining = draining or isinstance(message, _Drain)
                 self._busy = True
                 try:
-                    await self._dispatch(message)
+                    if not isinstance(message, _Drain):
+                        await self._dispatch(message)
                     self.responder.start_deferred()
                 finally:
                     self._busy = False
@@ -202,6 +232,10 @@ class Session:
                     # before the next, or a burst of client events could fill the
                     # control reserve and a client that reads would look stalled.
                     await asyncio.sleep(0)
+                # Checked after every message: whatever ends the last piece of work
+                # (a response's end, a preparation's) arrives as one.
+                if draining and self.idle():
+                    break
         except OutboxOverflow:
             log.warning("session %s: client is not reading; closing", self.session_id)
             raise

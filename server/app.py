@@ -1,6 +1,6 @@
-"""The FastAPI application: health, metrics, model list, client secrets, the realtime
-WebSocket and the browser client at `/`. Everything but /healthz and the browser
-client's static files needs a key when keys are configured."""
+"""The FastAPI application: health, readiness, metrics, model list, client secrets,
+the realtime WebSocket and the browser client at `/`. Everything but /healthz, /readyz
+and the browser client's static files needs a key when keys are configured."""
 
 from __future__ import annotations
 
@@ -181,9 +181,19 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
+        # Liveness: 200 while the process serves, draining included.
         # Model calls waiting for a free slot (the cascade bounds each stage).
         queued = model_executor.queued
-        return {"status": "ok", "sessions": endpoint.sessions, "model_queue": queued}
+        status = "draining" if endpoint.draining else "ok"
+        return {"status": status, "sessions": endpoint.sessions, "model_queue": queued}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        # Readiness: 503 from the start of a drain, so load balancers stop sending
+        # new sessions here while the open ones finish.
+        if endpoint.draining:
+            return JSONResponse({"status": "draining"}, 503)
+        return JSONResponse({"status": "ready"})
 
     @app.get("/v1/models", dependencies=[Depends(api_key)])
     async def models() -> dict[str, Any]:

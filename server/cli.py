@@ -19,6 +19,7 @@ from models.errors import ModelMissing
 from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
 from server.logs import configure_logging
 from server.metrics import MULTIPROC_ENV
+from server.serving import SHUTDOWN_GRACE_S, DrainingServer, run_workers
 
 
 def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -27,6 +28,8 @@ def uvicorn_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
     Frames up to twice `max_message_bytes` are read so that a message over the
     limit gets an `error` event and the session lives; larger ones close the
     connection (1009). The official SDK turns compression off, and so do we.
+    WebSockets run Parley's protocol (server/ws_protocol.py: abortable, and a 1009
+    close frame that arrives); uvicorn's own shutdown, after the drain, is bounded.
     """
     from server.app import create_app  # imported late: see worker_app
 
@@ -41,6 +44,8 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "log_level": settings.log_level,
         "ws_max_size": 2 * settings.max_message_bytes,
         "ws_per_message_deflate": False,
+        "ws": "server.ws_protocol:WebSocketProtocol",
+        "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
     }
 
 
@@ -59,6 +64,7 @@ _FLAGS = (
     "gpu_memory_utilization",
     "max_model_len",
     "backend_url",
+    "drain_timeout_s",
 )
 _ENV_ONLY = [name for name in Settings.model_fields if name not in _FLAGS]
 
@@ -132,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         "(PARLEY_MAX_SESSIONS, default unlimited)",
     )
     serve.add_argument(
+        "--drain-timeout",
+        dest="drain_timeout_s",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long answers in flight may finish before every "
+        "session is closed with 1001 (PARLEY_DRAIN_TIMEOUT_S, default 30)",
+    )
+    serve.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -161,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         # A user-fixable problem: say which file and how to fix it, no traceback.
         print(f"parley: cannot start: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
         return 2
-    server = uvicorn.Server(config)
+    server = DrainingServer(config)
     prepare_to_serve()
     server.run()
     return 0 if server.started else 3
@@ -216,8 +230,9 @@ def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> in
     metrics_dir = tempfile.mkdtemp(prefix="parley-metrics-")
     os.environ[MULTIPROC_ENV] = metrics_dir
     try:
-        uvicorn.run(
-            "server.cli:worker_app", factory=True, workers=workers, **uvicorn_options(settings)
+        options = uvicorn_options(settings)
+        run_workers(
+            uvicorn.Config("server.cli:worker_app", factory=True, workers=workers, **options)
         )
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     # one at start and shares it with its --workers (replicas then refuse each
     # other's keys). At least 32 characters, e.g. `openssl rand -base64 32`.
     key_secret: SecretStr | None = None
+    # On SIGTERM/SIGINT answers in flight get this long to finish; then every session
+    # still open has its responses cancelled and is closed with 1001 (docs/deploy.md).
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    # A send to a client (an event or the close frame) that cannot be handed to the
+    # socket for this long means the client stopped reading: its connection is
+    # aborted, not closed politely, so it holds no memory and delays no shutdown.
+    write_timeout_s: float = Field(default=10.0, gt=0)
 
     @field_validator("log_level", mode="before")
     @classmethod

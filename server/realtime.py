@@ -1,7 +1,13 @@
 """The `/v1/realtime` WebSocket: a reader and a writer task around one session.
 
 reader: frame -> parsed client event -> session mailbox (waits when it is full)
-writer: session outbox -> frame (skips output fenced by a cancel)
+writer: session outbox -> frame (skips output fenced by a cancel); every send, the
+        close frame too, within `write_timeout_s`, else the connection is aborted
+
+Graceful drain (`RealtimeEndpoint.drain`, run by server/serving.py on SIGTERM): new
+upgrades get HTTP 503, idle sessions close with 1001 at once, the others when their
+answers are done; at the deadline every session still open is ended (its responses
+cancelled, each with its `response.done`) and closed with 1001.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from typing import Any
 
 from fastapi import WebSocket
 from fastapi.responses import JSONResponse
@@ -34,12 +41,66 @@ from models.base import Executor
 from server.auth import ApiError, KeyStore, presented_key
 from server.config import Settings
 from server.logs import session_var
+from server.ws_protocol import abort_connection
 
 log = logging.getLogger(__name__)
 
 # Browsers cannot set headers; they offer these subprotocols and expect the first
 # one echoed.
 SUBPROTOCOL = "realtime"
+
+# The close codes the server sends (docs/operations.md lists them).
+CLOSE_NORMAL = 1000  # the session ended (the client went away)
+CLOSE_GOING_AWAY = 1001  # drain: the server is shutting down
+CLOSE_NOT_READING = 1008  # the client let the outbox's control reserve fill
+CLOSE_INTERNAL = 1011  # a failure of the server
+CLOSE_TRY_AGAIN = 1013  # at --max-sessions
+CLOSE_ABNORMAL = 1006  # never sent: what an aborted connection is, for the observer
+# (1009, a message over twice max_message_bytes, is sent by the protocol itself.)
+SHUTDOWN_REASON = "Server shutting down; reconnect."
+# At the drain deadline: how long the ended sessions get to send their last events
+# and close frame before their connections are aborted.
+END_GRACE_S = 2.0
+
+
+class WriteTimeout(Exception):
+    """A send did not reach the socket within `write_timeout_s`: the client is not
+    reading."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Ending:
+    """How a connection ends: a close frame with this code and reason, or, when
+    `abort`, a dropped transport (no frame can reach a client that does not read)."""
+
+    code: int = CLOSE_NORMAL
+    reason: str = ""
+    abort: bool = False
+
+
+def ending_of(
+    runner: asyncio.Task[None], writer: asyncio.Task[None], done: set[asyncio.Task[Any]]
+) -> Ending:
+    """Why the first of a connection's tasks (`done`) ended, as a close: pure, so
+    each case is tested directly."""
+    failures = [t.exception() for t in done if not t.cancelled() and t.exception()]
+    if writer in done and isinstance(writer.exception(), WriteTimeout):
+        return Ending(abort=True)
+    if runner in done and isinstance(runner.exception(), OutboxOverflow):
+        return Ending(CLOSE_NOT_READING, "Client is not reading.")
+    if failures:
+        return Ending(CLOSE_INTERNAL)
+    if runner in done:  # the session ended itself: only drain() or end() do that
+        return Ending(CLOSE_GOING_AWAY, SHUTDOWN_REASON)
+    return Ending()
+
+
+@dataclasses.dataclass(eq=False)
+class _Connection:
+    """A session being served, as the drain sees it."""
+
+    ws: WebSocket
+    session: Session | None = None  # None until the upgrade is accepted
 
 
 class RealtimeEndpoint:
@@ -60,8 +121,39 @@ class RealtimeEndpoint:
         # Set while no session is open (for tests and graceful shutdown).
         self.drained = asyncio.Event()
         self.drained.set()
+        self.draining = False
+        self._connections: set[_Connection] = set()
+
+    async def drain(self, cut: asyncio.Event | None = None) -> None:
+        """Graceful shutdown: refuse new sessions, let every session finish what it is
+        answering for up to `drain_timeout_s` (or until `cut` is set), then end the rest
+        (terminal events, 1001); connections that cannot take their last events
+        within END_GRACE_S are aborted. Returns when no session is open, or at the
+        latest twice END_GRACE_S after the deadline."""
+        self.draining = True
+        timeout_s = self.settings.drain_timeout_s
+        log.info("draining %d session(s), for up to %.1f s", self.sessions, timeout_s)
+        for connection in self._connections:
+            if connection.session is not None:
+                connection.session.drain()
+        if not await _wait_for(self.drained, timeout_s, cut):
+            log.warning("drain deadline: ending %d session(s)", len(self._connections))
+            for connection in self._connections:
+                if connection.session is not None:
+                    connection.session.end()
+            if not await _wait_for(self.drained, END_GRACE_S):
+                for connection in self._connections:
+                    abort_connection(connection.ws)
+                # Aborted readers end at once, and a session's shutdown takes at most
+                # 2 s (_run); uvicorn's shutdown cancels whatever still runs after it.
+                await _wait_for(self.drained, END_GRACE_S)
 
     async def handle(self, ws: WebSocket, model: str | None = None) -> None:
+        if self.draining:
+            await _deny(
+                ws, ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
+            )
+            return
         offered = ws.scope.get("subprotocols") or []
         try:
             ephemeral = self.keys.authenticate(presented_key(ws.headers, offered), websocket=True)
@@ -75,17 +167,21 @@ class RealtimeEndpoint:
         if limit is not None and self.sessions >= limit:
             # Accepted first so the client gets a close code it can act on.
             await ws.accept(subprotocol=subprotocol)
-            await ws.close(code=1013, reason=f"At capacity ({limit} sessions); try again later.")
-            self._closed(None, 1013)
+            reason = f"At capacity ({limit} sessions); try again later."
+            await self._close(ws, Ending(CLOSE_TRY_AGAIN, reason))
+            self._closed(None, CLOSE_TRY_AGAIN)
             return
         # From the check to here nothing awaits, so concurrent handshakes cannot both
         # take the last slot. (An ephemeral key is not used up: it opens sessions until
         # it expires, server/ephemeral_keys.py.)
         self.sessions += 1
         self.drained.clear()
+        # Tracked until its connection is closed, so that the drain can abort it.
+        connection = _Connection(ws)
+        self._connections.add(connection)
         try:
             await ws.accept(subprotocol=subprotocol)
-            session = Session(
+            connection.session = session = Session(
                 self.executor,
                 self.vad,
                 model=ephemeral.model if ephemeral else model or self.settings.model,
@@ -101,37 +197,56 @@ class RealtimeEndpoint:
             )
             # Every log line of this connection's tasks names its session (server/logs.py).
             session_var.set(session.session_id)
-            close_code = await self._run(ws, session, beta)
+            ending = await self._run(ws, session, beta)
+            await self._close(ws, ending)
         finally:
+            self._connections.discard(connection)
             self.sessions -= 1
             if not self.sessions:
                 self.drained.set()
-        if ws.client_state is WebSocketState.CONNECTED:
-            with contextlib.suppress(Exception):
-                await ws.close(code=close_code)
-        self._closed(session.session_id, close_code)
+        # An aborted connection ends without a close frame: 1006 as the client sees it.
+        self._closed(session.session_id, CLOSE_ABNORMAL if ending.abort else ending.code)
 
     def _closed(self, session_id: str | None, code: int) -> None:
         if self.observer is not None:
             self.observer.connection_closed(session_id, code)
 
-    async def _run(self, ws: WebSocket, session: Session, beta: bool) -> int:
-        """Serve the session until it, the reader or the writer ends; the close code
-        (the client's, when the client closed first)."""
+    async def _close(self, ws: WebSocket, ending: Ending) -> None:
+        if ending.abort:
+            log.info("aborting a connection: the client is not reading")
+            abort_connection(ws)
+        elif ws.client_state is WebSocketState.CONNECTED:
+            try:
+                async with asyncio.timeout(self.settings.write_timeout_s):
+                    await ws.close(code=ending.code, reason=ending.reason)
+            except TimeoutError:
+                abort_connection(ws)
+            except Exception:  # the client went away meanwhile
+                log.debug("close failed", exc_info=True)
+
+    async def _run(self, ws: WebSocket, session: Session, beta: bool) -> Ending:
+        """Serve the session until it, the reader or the writer ends; how to close."""
         runner = asyncio.create_task(session.run(), name=f"session:{session.session_id}")
         writer = asyncio.create_task(self._write(ws, session, beta), name="writer")
         reader = asyncio.create_task(self._read(ws, session), name="reader")
+        if self.draining:  # accepted while the drain began
+            session.drain()
         try:
             done, _ = await asyncio.wait(
                 {runner, writer, reader}, return_when=asyncio.FIRST_COMPLETED
             )
-            if runner in done and isinstance(runner.exception(), OutboxOverflow):
-                return 1008
-            if any(t.exception() for t in done if not t.cancelled()):
-                return 1011
-            if reader in done and not reader.cancelled():
-                return reader.result()
-            return 1000
+            ending = ending_of(runner, writer, done)
+            if ending.code == CLOSE_GOING_AWAY and writer not in done:
+                # The session's last events (response.done, …) are in the outbox,
+                # which it closed: the writer ends once they are sent (or the
+                # write deadline aborts it).
+                await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if writer.done() and isinstance(writer.exception(), WriteTimeout):
+                    ending = Ending(abort=True)
+            if ending == Ending() and reader in done and not reader.cancelled():
+                # The client closed first: its code, for the observer (no frame is sent).
+                ending = Ending(reader.result())
+            return ending
         finally:
             reader.cancel()
             session.close()
@@ -178,13 +293,33 @@ class RealtimeEndpoint:
         return event
 
     async def _write(self, ws: WebSocket, session: Session, beta: bool) -> None:
+        deadline = self.settings.write_timeout_s
         while True:
             event = await session.outbox.get()
             if event is None:
                 return
             text = to_beta_text(event.text) if beta else event.text
             if text is not None:  # None: no beta equivalent
-                await ws.send_text(text)
+                try:
+                    async with asyncio.timeout(deadline):
+                        await ws.send_text(text)
+                except TimeoutError:
+                    raise WriteTimeout(f"no send completed in {deadline} s") from None
+
+
+async def _wait_for(
+    event: asyncio.Event, timeout_s: float, cut: asyncio.Event | None = None
+) -> bool:
+    """Wait until `event` is set (True), `cut` is set or `timeout_s` passes (False)."""
+    waits = {asyncio.create_task(event.wait())}
+    if cut is not None:
+        waits.add(asyncio.create_task(cut.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waits:
+            task.cancel()
+    return event.is_set()
 
 
 async def _deny(ws: WebSocket, refusal: ApiError) -> None:

@@ -561,7 +561,7 @@ def test_cli_warns_when_serving_open_beyond_loopback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], host: str, warned: bool
 ) -> None:
     monkeypatch.delenv("PARLEY_API_KEYS", raising=False)
-    monkeypatch.setattr(cli.uvicorn, "Server", _FakeUvicornServer)
+    monkeypatch.setattr(cli, "DrainingServer", _FakeUvicornServer)
     assert cli.main(["serve", "--host", host, "--executor", "scripted"]) == 0
     stderr = capsys.readouterr().err
     assert ("WARNING" in stderr and "0.0.0.0 with no API keys" in stderr) is warned

@@ -131,7 +131,7 @@ def test_serve_shares_one_key_secret_with_its_workers(monkeypatch: pytest.Monkey
     def run(*args: Any, **kwargs: Any) -> None:
         seen.append(os.environ.get("PARLEY_KEY_SECRET"))
 
-    monkeypatch.setattr(cli.uvicorn, "run", run)
+    monkeypatch.setattr(cli, "run_workers", run)
     monkeypatch.delenv("PARLEY_KEY_SECRET", raising=False)
     cli.serve_workers(Settings(), {}, 2)
     made = seen[-1]

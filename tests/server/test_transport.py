@@ -1,0 +1,175 @@
+"""The connection itself: a close frame reaches a client that is still sending, and a
+client that stops reading is let go at the write deadline (server/ws_protocol.py,
+the writer of server/realtime.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from starlette.websockets import WebSocketState
+
+from engine.emitter import Outbox, OutboxOverflow, OutEvent
+from server.config import Settings
+from server.realtime import (
+    CLOSE_GOING_AWAY,
+    CLOSE_NOT_READING,
+    Ending,
+    RealtimeEndpoint,
+    WriteTimeout,
+    ending_of,
+)
+from server.ws_protocol import ABORT_EXTENSION
+from tests.support.raw_ws import TEXT, RawWebSocket, close_code, frame, parse_frames
+from tests.support.servers import RunningServer, ServerFactory
+
+# --- 1009 ------------------------------------------------------------------------------
+
+
+def send_oversize_then_read(port: int) -> tuple[OSError | None, int | None, OSError | None]:
+    """Send an 8 MiB frame in one go (a client that reads only when it has sent),
+    then read to the end: the send's error, the close code, the read's error."""
+    ws = RawWebSocket(port)
+    try:
+        sent: OSError | None = None
+        try:
+            ws.send_raw(
+                frame(TEXT, b'{"type":"input_audio_buffer.append","audio":"' + b"A" * (8 << 20))
+            )
+        except OSError as exc:
+            sent = exc
+        data, read = ws.read_to_end()
+        return sent, close_code(parse_frames(data)), read
+    finally:
+        ws.close()
+
+
+async def test_a_client_still_sending_gets_the_1009_close_frame(serve: ServerFactory) -> None:
+    # Frames over 128 KiB close the connection: this one is refused from its header
+    # on, with 8 MiB still to come. The server closing its socket then would reset
+    # the connection under the client's send (and discard the close frame).
+    server = await serve(max_message_bytes=64 * 1024)
+    sent, code, read = await asyncio.to_thread(send_oversize_then_read, server.port)
+    assert sent is None, f"the send was cut: {sent!r}"
+    assert code == 1009
+    assert read is None, f"the connection ended in {read!r}, not an orderly close"
+
+
+# --- the write deadline, unit ----------------------------------------------------------
+
+
+class StuckWebSocket:
+    """A WebSocket whose client reads nothing: every send waits forever."""
+
+    def __init__(self) -> None:
+        self.aborted = 0
+        self.client_state = WebSocketState.CONNECTED
+        self.scope: dict[str, Any] = {"extensions": {ABORT_EXTENSION: {"abort": self.abort}}}
+
+    def abort(self) -> None:
+        self.aborted += 1
+
+    async def send_text(self, text: str) -> None:
+        await asyncio.Event().wait()
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        await asyncio.Event().wait()
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.outbox = Outbox()
+        self.outbox.put_control(OutEvent('{"type":"session.created"}', "session.created"))
+
+
+def endpoint(write_timeout_s: float) -> RealtimeEndpoint:
+    settings = Settings(executor="scripted", write_timeout_s=write_timeout_s)
+    return RealtimeEndpoint(settings, None, None, None)  # type: ignore[arg-type]
+
+
+async def test_a_send_past_the_write_deadline_ends_the_writer() -> None:
+    ws = StuckWebSocket()
+    writer = endpoint(0.01)._write(ws, FakeSession(), beta=False)  # type: ignore[arg-type]
+    try:
+        await writer
+    except WriteTimeout:
+        pass
+    else:
+        raise AssertionError("the writer waited past its deadline without failing")
+
+
+async def test_a_stuck_close_frame_is_replaced_by_an_abort() -> None:
+    ws = StuckWebSocket()
+    await endpoint(0.01)._close(ws, Ending(CLOSE_NOT_READING))  # type: ignore[arg-type]
+    assert ws.aborted == 1
+
+
+async def test_a_write_timeout_aborts_without_a_close_frame() -> None:
+    ws = StuckWebSocket()
+    await endpoint(10)._close(ws, Ending(abort=True))  # type: ignore[arg-type]
+    assert ws.aborted == 1
+
+
+async def test_ending_of_each_way_a_connection_ends() -> None:
+    async def fail(exc: BaseException) -> None:
+        raise exc
+
+    async def ok() -> None:
+        return None
+
+    tasks = {
+        "overflow": asyncio.create_task(fail(OutboxOverflow("full"))),
+        "timeout": asyncio.create_task(fail(WriteTimeout("stuck"))),
+        "bug": asyncio.create_task(fail(RuntimeError("bug"))),
+        "ok": asyncio.create_task(ok()),
+        "ok2": asyncio.create_task(ok()),
+    }
+    await asyncio.wait(tasks.values())
+    t = tasks
+    assert ending_of(t["ok"], t["timeout"], {t["timeout"]}) == Ending(abort=True)
+    assert ending_of(t["overflow"], t["ok2"], {t["overflow"]}).code == CLOSE_NOT_READING
+    assert ending_of(t["bug"], t["ok2"], {t["bug"]}).code == 1011
+    assert ending_of(t["ok"], t["ok2"], {t["ok"]}).code == CLOSE_GOING_AWAY
+    assert ending_of(t["ok"], t["ok2"], {t["ok2"]}) == Ending()  # the client left
+
+
+# --- the write deadline, end to end ----------------------------------------------------
+
+
+def flood_without_reading(port: int) -> OSError | None:
+    """A client with a tiny receive window that asks for ~12 MB of echoes and does
+    not read them until it has sent them all (or the server ended the connection);
+    then reads to the end. How the connection ended: the error of the send or of
+    the read (each socket error is reported once), None for an orderly close."""
+    ws = RawWebSocket(port, receive_buffer=4096)
+    try:
+        update = {"type": "session.update", "session": {"instructions": "x" * 60_000}}
+        try:
+            for _ in range(200):
+                ws.send(update)
+        except OSError as exc:
+            return exc
+        return ws.read_to_end()[1]
+    finally:
+        ws.close()
+
+
+async def sessions(server: RunningServer) -> int:
+    async with httpx.AsyncClient(base_url=server.http_url, trust_env=False) as http:
+        count: int = (await http.get("/healthz")).json()["sessions"]
+        return count
+
+
+async def test_a_client_that_stops_reading_is_aborted_at_the_write_deadline(
+    serve: ServerFactory,
+) -> None:
+    server = await serve(write_timeout_s=0.5)
+    # Its session ends (the outbox overflows; the 1008 close cannot be sent) and the
+    # connection is aborted, while the client is connected and not reading.
+    async with asyncio.timeout(20):
+        ended = await asyncio.to_thread(flood_without_reading, server.port)
+    # A reset, under the client's read or its last send.
+    assert isinstance(ended, ConnectionResetError | BrokenPipeError), f"not aborted: {ended!r}"
+    # The abort happens in the same step as the session's end is counted.
+    assert await sessions(server) == 0
