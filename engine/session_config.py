@@ -22,6 +22,7 @@ from engine.protocol import (
     TranscriptionIn,
     TurnDetectionIn,
 )
+from engine.semantic_turns import SemanticVadParams
 from engine.turns import ServerVadParams
 from models.base import Tool
 
@@ -87,9 +88,7 @@ def apply_update(
 
     # Turn detection: an explicit null disables it.
     if audio_in is not None and "turn_detection" in audio_in.model_fields_set:
-        changes["turn_detection"] = _turn_detection(
-            audio_in.turn_detection, patch.param("audio.input.turn_detection"), event_id
-        )
+        changes["turn_detection"] = _turn_detection(audio_in.turn_detection)
 
     if "tools" in sent:
         changes["tools"] = tools_from_wire(patch.tools or [])  # [] (or null) clears them
@@ -141,18 +140,18 @@ def _transcription(value: TranscriptionIn | None) -> InputTranscription | None:
     return InputTranscription(value.model or "whisper-1", value.language, value.prompt)
 
 
-def _turn_detection(
-    value: TurnDetectionIn | None, param: str, event_id: str | None
-) -> ServerVadParams | None:
+def _turn_detection(value: TurnDetectionIn | None) -> ServerVadParams | None:
     if value is None:
         return None
-    if value.type != "server_vad":
-        raise ProtocolError(
-            "unsupported_turn_detection",
-            f"Turn detection '{value.type}' is not supported; use 'server_vad' or null.",
-            f"{param}.type",
-            event_id,
-        )
+    if value.type == "semantic_vad":
+        # Only these three are semantic_vad fields (server_vad's are ignored, as the
+        # SDK's SemanticVad has none of them).
+        semantic = {
+            name: getattr(value, name)
+            for name in ("eagerness", "create_response", "interrupt_response")
+            if getattr(value, name) is not None
+        }
+        return SemanticVadParams(**semantic)
     defaults = ServerVadParams()
     fields = {
         name: getattr(value, name)
@@ -182,7 +181,14 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
     """The full effective configuration, shaped as the GA `session` object."""
     vad = config.turn_detection
     turn_detection: dict[str, Any] | None = None
-    if vad is not None:
+    if isinstance(vad, SemanticVadParams):
+        turn_detection = {
+            "type": "semantic_vad",
+            "eagerness": vad.eagerness,
+            "create_response": vad.create_response,
+            "interrupt_response": vad.interrupt_response,
+        }
+    elif vad is not None:
         turn_detection = {
             "type": "server_vad",
             "threshold": vad.threshold,
