@@ -56,7 +56,9 @@ from engine.semantic_turns import (
 from engine.session_config import (
     SessionConfig,
     apply_update,
+    mapped_to_nearest,
     to_wire,
+    unhonoured,
 )
 from engine.transcription import InputTranscription, TranscriptionFinished
 from engine.turns import (
@@ -569,6 +571,8 @@ class Session:
                 event.event_id,
             ) from None
         self.config = new
+        for note in mapped_to_nearest(event.session):
+            log.warning("session %s: session.update %s", self.session_id, note)
         if decoder is not None:
             self.decoder = decoder
         if vad_changed:
@@ -577,6 +581,8 @@ class Session:
             self.vad.reset()
             self.detector = detector
         self.emit.send(updated)
+        for unsupported in unhonoured(event.session, event.event_id):
+            self._error(unsupported)
 
     # --- responses ------------------------------------------------------------------------
 

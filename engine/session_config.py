@@ -120,6 +120,34 @@ def apply_update(
     return replace(config, **changes)
 
 
+def unhonoured(patch: SessionIn, event_id: str | None = None) -> list[ProtocolError]:
+    """Values OpenAI accepts that Parley cannot honour. Each is reported in its own
+    `error` naming the field, and `apply_update` applies the rest of the update: one
+    such value never drops a whole update (a client's other settings would be lost).
+    Values OpenAI itself refuses are refused whole by `apply_update` instead."""
+    found: list[ProtocolError] = []
+    audio_out = patch.audio.output if patch.audio else None
+    if audio_out is not None and audio_out.speed not in (None, 1.0):
+        found.append(
+            ProtocolError(
+                "unsupported_value",
+                f"Parley speaks at one speed: speed {audio_out.speed} is not applied "
+                "(the rest of the update is).",
+                patch.param("audio.output.speed"),
+                event_id,
+            )
+        )
+    return found
+
+
+def mapped_to_nearest(patch: SessionIn) -> list[str]:
+    """Values Parley replaces with its nearest behaviour, for a warning in the log."""
+    audio_in = patch.audio.input if patch.audio else None
+    if audio_in is not None and audio_in.noise_reduction is not None:
+        return ["audio.input.noise_reduction: no noise reduction is applied"]
+    return []
+
+
 def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:
     return tuple(Tool(t.name, t.description or "", json.dumps(t.parameters or {})) for t in tools)
 
