@@ -134,9 +134,10 @@ def test_speech_resuming_cancels_the_candidate_and_its_score_is_stale() -> None:
     assert quiet(det, CANDIDATE_PAUSE_MS, t) == [
         PauseCandidate(pause_id=2, audio_end_ms=t + CANDIDATE_PAUSE_MS)
     ]
-    assert det.decide(1, 1.0) is None
-    assert det.decide(2, 1.0) is None  # confident, but 200 < 250 ms so far
-    assert quiet(det, 60, t + CANDIDATE_PAUSE_MS) == [SpeechStopped(audio_end_ms=t + 260)]
+    assert quiet(det, 60, t + CANDIDATE_PAUSE_MS) == []  # 260 ms: long enough if sure
+    assert det.decide(1, 1.0) is None  # still stale: it must not end this pause
+    assert det.in_speech
+    assert det.decide(2, 1.0) == SpeechStopped(audio_end_ms=t + 260)
 
 
 def test_max_wait_ends_the_turn_while_the_score_is_outstanding() -> None:
