@@ -37,7 +37,7 @@ from engine import protocol
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
-from engine.end_of_turn import EndOfTurnModel
+from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.history import audio_to_release, items_to_drop
 from engine.input_buffer import InputBuffer
 from engine.item_events import ItemEvents
@@ -89,6 +89,7 @@ class EndOfTurnScored:
     """The end-of-turn model's probability for a semantic_vad pause (None: the
     model could not score it)."""
 
+    request: int  # which scoring request of the session this answers
     pause_id: int
     probability: float | None
 
@@ -136,7 +137,11 @@ class Session:
         # semantic_vad's end-of-turn model (shared by all sessions); None: semantic_vad
         # ends turns after a fixed silence.
         self.end_of_turn = end_of_turn
-        self._scoring: tuple[int, asyncio.Task[None]] | None = None  # (pause id, task)
+        # The one end-of-turn scoring in flight: (request number, pause id, task). A
+        # result is used only if it answers this request: a cancelled one may have
+        # posted already, and pause ids restart with a new detector.
+        self._scoring: tuple[int, int, asyncio.Task[None]] | None = None
+        self._score_requests = 0
         self.executor = executor
         self.ids = Ids()
         self.session_id = self.ids.new("sess")
@@ -210,7 +215,7 @@ class Session:
             and self.responder.deferred is None
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
-            and (self._scoring is None or self._scoring[1].done())
+            and (self._scoring is None or self._scoring[2].done())
         )
 
     async def run(self) -> None:
@@ -411,8 +416,11 @@ class Session:
         if model is None or self._speech is None:
             return
         self._cancel_score()
-        audio = self.buffer.copy(self._speech[1], self.buffer.end)
+        window = self.buffer.ms_to_pos(round(END_OF_TURN_WINDOW_S * 1000))
+        audio = self.buffer.copy(max(self._speech[1], self.buffer.end - window), self.buffer.end)
         session_id = self.session_id
+        self._score_requests += 1
+        request = self._score_requests
 
         async def score() -> None:
             try:
@@ -424,13 +432,14 @@ class Session:
                 # The model's own failures are its to report; this one is a bug.
                 log.exception("session %s: end-of-turn scoring failed", session_id)
                 probability = None
-            self._post(EndOfTurnScored(pause_id, probability))
+            self._post(EndOfTurnScored(request, pause_id, probability))
 
-        self._scoring = (pause_id, asyncio.create_task(score()))
+        self._scoring = (request, pause_id, asyncio.create_task(score()))
 
     async def _on_end_of_turn_scored(self, message: EndOfTurnScored) -> None:
-        if self._scoring is not None and self._scoring[0] == message.pause_id:
-            self._scoring = None
+        if self._scoring is None or self._scoring[0] != message.request:
+            return  # cancelled after it answered: stale
+        self._scoring = None
         detector = self.detector
         if not isinstance(detector, SemanticTurnDetector):
             return  # turn detection changed since
@@ -445,12 +454,12 @@ class Session:
             return
         detector = self.detector
         pending = detector.pending_pause if isinstance(detector, SemanticTurnDetector) else None
-        if pending != self._scoring[0]:
+        if pending != self._scoring[1]:
             self._cancel_score()
 
     def _cancel_score(self) -> None:
         if self._scoring is not None:
-            self._scoring[1].cancel()
+            self._scoring[2].cancel()
             self._scoring = None
 
     def _check_idle_timeout(self) -> None:

@@ -12,6 +12,7 @@ import numpy.typing as npt
 from bench.speech import load_wav, silence
 from engine.end_of_turn import END_OF_TURN_RATE
 from engine.semantic_turns import FALLBACK_SILENCE_MS
+from engine.session import EndOfTurnScored
 from tests.support.audio import append_chunked
 from tests.support.harness import Harness
 
@@ -137,3 +138,24 @@ async def test_without_a_model_semantic_vad_ends_turns_as_server_vad_does() -> N
         }
     )
     assert await stop_ms(semantic_update()) == fixed
+
+
+async def test_a_score_for_another_request_is_ignored() -> None:
+    # A scoring task cancelled after it had already posted its answer (turn detection
+    # changed, pause ids started over): the answer names the right pause id but not
+    # the request in flight, and must not end the turn.
+    model = FakeEndOfTurn()
+    async with Harness(end_of_turn=model) as h:
+        await h.send(semantic_update())
+        await h.settle()
+        await send_all(h, np.concatenate([silence(300), load_wav("weather"), silence(1000)]))
+        pending = await model.asked(h)
+        scoring = h.session._scoring
+        assert scoring is not None
+        request, pause_id, _ = scoring
+        h.session._post(EndOfTurnScored(request + 1, pause_id, 1.0))
+        await h.run_until(lambda: h.session._mailbox.empty() and not h.session._busy)
+        assert h.of("input_audio_buffer.committed") == []
+        pending.set_result(1.0)  # the answer to the request in flight does end it
+        await h.settle()
+        assert len(h.of("input_audio_buffer.committed")) == 1
