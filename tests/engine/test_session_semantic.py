@@ -50,7 +50,17 @@ def semantic_update(**extra: Any) -> dict[str, Any]:
 async def send_all(h: Harness, pcm: npt.NDArray[np.int16]) -> None:
     """Append `pcm` and let the session handle every append (the model may be waiting)."""
     await append_chunked(h, pcm)
-    await h.run_until(lambda: h.session._mailbox.empty() and not h.session._busy)
+    await handled(h)
+
+
+async def handled(h: Harness) -> None:
+    """Until the session has handled every message and its events are read (settle
+    would also wait for the model, which may be waiting on the test)."""
+    session = h.session
+    await h.run_until(
+        lambda: session._mailbox.empty() and not session._busy and len(session.outbox) == 0
+    )
+    await h.steps(5)  # the reader appends what it took
 
 
 async def test_a_spoken_turn_commits_once_the_model_is_sure() -> None:
@@ -154,7 +164,7 @@ async def test_a_score_for_another_request_is_ignored() -> None:
         assert scoring is not None
         request, pause_id, _ = scoring
         h.session._post(EndOfTurnScored(request + 1, pause_id, 1.0))
-        await h.run_until(lambda: h.session._mailbox.empty() and not h.session._busy)
+        await handled(h)
         assert h.of("input_audio_buffer.committed") == []
         pending.set_result(1.0)  # the answer to the request in flight does end it
         await h.settle()
