@@ -126,6 +126,17 @@ def unhonoured(patch: SessionIn, event_id: str | None = None) -> list[ProtocolEr
     such value never drops a whole update (a client's other settings would be lost).
     Values OpenAI itself refuses are refused whole by `apply_update` instead."""
     found: list[ProtocolError] = []
+    for i, tool in enumerate(patch.tools or ()):
+        if tool.type == "mcp":
+            found.append(
+                ProtocolError(
+                    "unsupported_value",
+                    f"MCP tools are not supported: tool {tool.server_label or i} is not "
+                    "applied (the rest of the update is).",
+                    f"session.tools[{i}].type",
+                    event_id,
+                )
+            )
     audio_out = patch.audio.output if patch.audio else None
     if audio_out is not None and audio_out.speed not in (None, 1.0):
         found.append(
@@ -149,7 +160,12 @@ def mapped_to_nearest(patch: SessionIn) -> list[str]:
 
 
 def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:
-    return tuple(Tool(t.name, t.description or "", json.dumps(t.parameters or {})) for t in tools)
+    """The function tools (an MCP tool is reported by `unhonoured`, not applied)."""
+    return tuple(
+        Tool(t.name, t.description or "", json.dumps(t.parameters or {}))
+        for t in tools
+        if t.type == "function" and t.name is not None
+    )
 
 
 def tool_choice_name(choice: ToolChoiceIn) -> str:

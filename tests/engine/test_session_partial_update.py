@@ -112,3 +112,47 @@ async def test_a_value_openai_refuses_still_refuses_the_whole_update() -> None:
         assert h.of("session.updated") == []
         [error] = h.errors()
         assert error["param"] == "session.audio.input.turn_detection.eagerness"
+
+
+async def test_an_mcp_tool_is_reported_and_the_function_tools_apply() -> None:
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    mcp = {"type": "mcp", "server_label": "docs", "server_url": "https://example.invalid"}
+    async with Harness() as h:
+        await h.send(update({"instructions": "Tools.", "tools": [mcp, weather]}))
+        await h.settle()
+        [updated] = h.of("session.updated")
+        assert updated["session"]["instructions"] == "Tools."
+        assert [t["name"] for t in updated["session"]["tools"]] == ["get_weather"]
+        [error] = h.errors()
+        assert (error["code"], error["param"], error["event_id"]) == (
+            "unsupported_value",
+            "session.tools[0].type",
+            "evt_1",
+        )
+
+
+async def test_tools_that_cannot_apply_still_refuse_their_event() -> None:
+    async with Harness() as h:
+        # A function without its name: OpenAI refuses it, so the whole update is refused.
+        await h.send(update({"instructions": "No.", "tools": [{"type": "function"}]}))
+        # A response's MCP tool: nothing of a response can run without it.
+        await h.send(
+            {
+                "type": "response.create",
+                "event_id": "evt_2",
+                "response": {"tools": [{"type": "mcp", "server_label": "docs"}]},
+            }
+        )
+        await h.settle()
+        assert h.of("session.updated") == [] and h.of("response.created") == []
+        first, second = h.errors()
+        assert (first["code"], first["param"], first["event_id"]) == (
+            "missing_required_parameter",
+            "session.tools[0].name",
+            "evt_1",
+        )
+        assert (second["code"], second["param"], second["event_id"]) == (
+            "unsupported_value",
+            "response.tools[0].type",
+            "evt_2",
+        )
