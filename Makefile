@@ -28,12 +28,15 @@ $(VENV)/.installed-dev: pyproject.toml Makefile | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 # Debian packages the tests use: flite, the fallback voice when Piper is absent;
-# chromium, the browser tests/browser/test_browser.py drives (they skip loudly without it,
+# espeak-ng, the voices of the turn-taking evaluation (bench/turns/); chromium, the browser tests/browser/test_browser.py drives (they skip loudly without it,
 # and fail in CI).
 system-deps:
 	@command -v flite >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq flite; \
 	  else echo "Install flite first: sudo apt-get install flite"; exit 1; fi; }
+	@command -v espeak-ng >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq espeak-ng; \
+	  else echo "Install espeak-ng first: sudo apt-get install espeak-ng"; exit 1; fi; }
 	@test -x /usr/bin/chromium || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else echo "WARNING: no /usr/bin/chromium, the browser tests will skip: sudo apt-get install chromium"; fi; }
@@ -103,6 +106,19 @@ SOAK_ARGS ?=
 .PHONY: soak
 soak: $(VENV)/.installed-run
 	$(BIN)/python -m bench.soak --sessions $(SESSIONS) --minutes $(MINUTES) $(SOAK_ARGS)
+
+# Turn-taking evaluation (bench/turns/): a seeded espeak-ng set (complete questions,
+# mid-sentence hesitations, the questions at 10 and 5 dB SNR) streamed at real time through
+# `parley serve --executor scripted`, per turn-detection mode: cut-offs, missed and extra
+# turns, end-of-turn latency (about 4 minutes); table on stdout, JSON in
+# bench/results/turns.json (docs/turn-taking.md). More flags: EVAL_TURNS_ARGS="...".
+EVAL_TURNS_ARGS ?=
+.PHONY: eval-turns
+eval-turns: $(VENV)/.installed-run
+	@command -v espeak-ng >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq espeak-ng; \
+	  else echo "Install espeak-ng first: sudo apt-get install espeak-ng"; exit 1; fi; }
+	$(BIN)/python -m bench.turns $(EVAL_TURNS_ARGS)
 
 # Regenerates the committed speech fixtures (needs Debian's espeak-ng and sox).
 fixtures:

@@ -237,6 +237,11 @@ class Session:
                     self.responder.start_deferred()
                 finally:
                     self._busy = False
+                if len(self.outbox) >= self.limits.outbox_limit:
+                    # Queued messages are taken without a pause: let the writer run
+                    # before the next, or a burst of client events could fill the
+                    # control reserve and a client that reads would look stalled.
+                    await asyncio.sleep(0)
         except OutboxOverflow:
             log.warning("session %s: client is not reading; closing", self.session_id)
             raise
@@ -299,6 +304,7 @@ class Session:
                 self.responder.finished(m)
             case TranscriptionFinished():
                 self.transcription.finished(m)
+                self._bound_history()  # a transcript is text the bounds count
             case EndOfTurnScored():
                 await self._on_end_of_turn_scored(m)
 

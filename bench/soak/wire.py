@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -43,8 +43,8 @@ class Conn:
         self._changed = asyncio.Event()
         self._reader = asyncio.create_task(self._read())
 
-    @staticmethod
-    async def open(url: str, tally: Tally, api_key: str | None) -> Conn:
+    @classmethod
+    async def open(cls, url: str, tally: Tally, api_key: str | None) -> Self:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         ws = await connect(
             url,
@@ -57,7 +57,7 @@ class Conn:
             close_timeout=5,
         )
         tally.connections += 1
-        return Conn(ws, tally)
+        return cls(ws, tally)
 
     async def send(self, event: dict[str, Any] | str) -> None:
         if isinstance(event, dict):

@@ -1,0 +1,66 @@
+"""Turn-taking evaluation: when each turn-detection mode ends the user's turn.
+
+Run from the repository root:  .venv/bin/python -m bench.turns  (or `make eval-turns`)
+
+A seeded set made at run time by espeak-ng (cached in the temp dir per seed): complete
+questions, sentences with a 600-900 ms mid-sentence hesitation, and the questions at
+10 and 5 dB SNR under babble and pink noise. Each item is streamed at real time in
+20 ms appends (microphone silence or noise before and after the speech) through
+`parley serve --executor scripted` started here, several streams at once, per mode:
+server_vad with Silero and with webrtcvad, semantic_vad at each eagerness (reported as
+not supported when the server refuses it). Prints per mode and set the cut-offs, missed
+and extra turns and the end-of-turn latency after the true end of speech; writes JSON
+to bench/results/turns.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from bench.turns.corpus import SETS, make_corpus
+from bench.turns.report import build, table, write
+from bench.turns.run import MODES, run
+from bench.turns.synth import EspeakMissing
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parser() -> argparse.ArgumentParser:
+    assert __doc__
+    p = argparse.ArgumentParser(prog="python -m bench.turns", description=__doc__.split("\n")[0])
+    p.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    p.add_argument("--sets", nargs="+", choices=SETS, default=SETS)
+    p.add_argument("--limit", type=int, help="at most this many items per set")
+    p.add_argument("--seed", type=int, default=15)
+    p.add_argument(
+        "--speed", type=float, default=1.0, help="stream this many times faster than real time"
+    )
+    p.add_argument("--concurrency", type=int, default=8, help="streams at once (default 8)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "turns.json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        corpus = make_corpus(args.seed)
+    except EspeakMissing as missing:
+        print(missing, file=sys.stderr)
+        return 2
+    items = [it for s in args.sets for it in [i for i in corpus.items if i.set == s][: args.limit]]
+    modes = [MODES[name] for name in args.modes]
+    t0 = time.monotonic()
+    results = asyncio.run(run(modes, corpus, items, args.speed, args.concurrency))
+    report = build(results, args.seed, args.speed, args.concurrency, time.monotonic() - t0)
+    print(table(report))
+    write(report, args.out)
+    print(f"{report['run_s']:.0f} s; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The modes measured, the servers they need, and one mode's run over the set."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.load.servers import Server, Target
+from bench.soak.run import serve_target
+from bench.turns.corpus import Corpus, Item
+from bench.turns.score import Outcome, Truth, classify
+from bench.turns.stream import CHUNK_MS, Streamed, stream_item
+
+LEAD_MS = 1200  # microphone open before the user speaks
+SERVER_VAD_TRAIL_MS = 3000  # the 500 ms silence window and room for a late turn
+# OpenAI's longest wait per eagerness; a semantic mode streams this plus SEMANTIC_MARGIN_MS
+# after the speech, so its slowest commit is seen.
+SEMANTIC_MAX_WAIT_MS = {"low": 8000, "medium": 4000, "high": 2000, "auto": 4000}
+SEMANTIC_MARGIN_MS = 1500
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str  # "server_vad/silero", "semantic_vad/auto"
+    backend: str  # the server's --vad-backend
+    turn_detection: dict[str, Any]
+    trail_ms: int
+
+
+def all_modes() -> list[Mode]:
+    quiet = {"create_response": False, "interrupt_response": False}
+    modes = [
+        Mode(f"server_vad/{b}", b, {"type": "server_vad", **quiet}, SERVER_VAD_TRAIL_MS)
+        for b in ("silero", "webrtc")
+    ]
+    for eagerness, wait_ms in SEMANTIC_MAX_WAIT_MS.items():
+        detection = {"type": "semantic_vad", "eagerness": eagerness, **quiet}
+        modes.append(
+            Mode(f"semantic_vad/{eagerness}", "silero", detection, wait_ms + SEMANTIC_MARGIN_MS)
+        )
+    return modes
+
+
+MODES = {m.name: m for m in all_modes()}
+
+
+@dataclass
+class ItemResult:
+    item: Item
+    outcome: Outcome | None  # None when the server refused the mode
+    streamed: Streamed
+
+
+@dataclass
+class ModeResult:
+    mode: Mode
+    refused: str | None = None  # "not supported by this server" when set
+    items: list[ItemResult] = field(default_factory=list)
+
+
+def truth_of(spans: list[tuple[int, int]], sent_t: list[float]) -> Truth:
+    """The truth on the wall clock too: the chunk holding the last speech sample."""
+    last_chunk = min(len(sent_t) - 1, (spans[-1][1] - 1) // CHUNK_MS)
+    return Truth(spans, sent_t[last_chunk])
+
+
+async def run_item(url: str, mode: Mode, corpus: Corpus, item: Item, speed: float) -> ItemResult:
+    pcm, spans = corpus.stream(item, LEAD_MS, mode.trail_ms)
+    streamed = await stream_item(url, mode.turn_detection, pcm, speed)
+    if streamed.refused is not None:
+        return ItemResult(item, None, streamed)
+    return ItemResult(item, classify(streamed.turns, truth_of(spans, streamed.sent_t)), streamed)
+
+
+async def run_mode(
+    url: str, mode: Mode, corpus: Corpus, items: list[Item], speed: float, concurrency: int
+) -> ModeResult:
+    """Every item through one server, `concurrency` streams at a time; a mode the server
+    refuses on the first item is not streamed further."""
+    result = ModeResult(mode)
+    first = await run_item(url, mode, corpus, items[0], speed)
+    if first.streamed.refused is not None:
+        result.refused = first.streamed.refused
+        return result
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(item: Item) -> ItemResult:
+        async with gate:
+            return await run_item(url, mode, corpus, item, speed)
+
+    rest = await asyncio.gather(*(one(item) for item in items[1:]))
+    result.items = [first, *rest]
+    return result
+
+
+def server_target(backend: str) -> Target:
+    """`parley serve --executor scripted` from this checkout with this VAD backend."""
+    target = serve_target("scripted")
+    target.argv += ["--vad-backend", backend]
+    target.name = f"turns-{backend}"
+    return target
+
+
+@asynccontextmanager
+async def served(backend: str) -> AsyncIterator[str]:
+    server = Server(server_target(backend))
+    try:
+        await server.ready(timeout_s=120.0)
+        yield f"ws://127.0.0.1:{server.port}/v1/realtime"
+    finally:
+        server.stop()
+
+
+async def run(
+    modes: list[Mode], corpus: Corpus, items: list[Item], speed: float, concurrency: int
+) -> list[ModeResult]:
+    """The modes in order, one server per VAD backend they need."""
+    results: list[ModeResult] = []
+    for backend in dict.fromkeys(m.backend for m in modes):
+        async with served(backend) as url:
+            for mode in (m for m in modes if m.backend == backend):
+                results.append(await run_mode(url, mode, corpus, items, speed, concurrency))
+    order = [m.name for m in modes]
+    return sorted(results, key=lambda r: order.index(r.mode.name))
