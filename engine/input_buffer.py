@@ -56,6 +56,16 @@ class InputBuffer:
         self.start = end
         return out
 
+    def copy(self, begin: int, end: int) -> np.ndarray:
+        """A copy of the samples in [begin, end) (clamped to what is kept); the
+        buffer is unchanged."""
+        begin, end = max(begin, self.start), min(max(end, self.start), self.end)
+        if not self._chunks or end <= begin:
+            return np.zeros(0, np.int16)
+        flat = np.concatenate(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
+        base = self.start - self._skip
+        return np.array(flat[begin - base : end - base], dtype=np.int16)
+
     def discard_before(self, pos: int) -> None:
         pos = min(max(pos, self.start), self.end)
         drop = pos - self.start

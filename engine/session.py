@@ -37,6 +37,7 @@ from engine import protocol
 from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
+from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.history import audio_to_release, items_to_drop
 from engine.input_buffer import InputBuffer
 from engine.item_events import ItemEvents
@@ -46,13 +47,28 @@ from engine.observer import Observer
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
 from engine.response import ResponseFinished, ResponseRequest, request_from_create
+from engine.semantic_turns import (
+    SemanticTurnDetector,
+    SemanticVadParams,
+    silence_needed_ms,
+    turn_audio,
+)
 from engine.session_config import (
     SessionConfig,
     apply_update,
+    mapped_to_nearest,
     to_wire,
+    unhonoured,
 )
 from engine.transcription import InputTranscription, TranscriptionFinished
-from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector, TurnEvent
+from engine.turns import (
+    PauseCandidate,
+    ServerVadParams,
+    SpeechStarted,
+    SpeechStopped,
+    TurnDetector,
+    TurnEvent,
+)
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
 
@@ -66,6 +82,16 @@ log = logging.getLogger(__name__)
 class PreparationFinished:
     preparation: Preparation
     error: BaseException | None
+
+
+@dataclass(frozen=True)
+class EndOfTurnScored:
+    """The end-of-turn model's probability for a semantic_vad pause (None: the
+    model could not score it)."""
+
+    request: int  # which scoring request of the session this answers
+    pause_id: int
+    probability: float | None
 
 
 @dataclass(frozen=True)
@@ -96,11 +122,15 @@ Message = (
     | PreparationFinished
     | ResponseFinished
     | TranscriptionFinished
+    | EndOfTurnScored
     | _Close
     | _Drain
     | _End
 )
-InternalMessage = PreparationFinished | ResponseFinished | TranscriptionFinished
+InternalMessage = PreparationFinished | ResponseFinished | TranscriptionFinished | EndOfTurnScored
+
+# semantic_vad without an end-of-turn model is told once per process.
+_warned_no_end_of_turn = False
 
 
 class Session:
@@ -113,8 +143,17 @@ class Session:
         limits: EngineLimits | None = None,
         preset: protocol.SessionIn | None = None,
         observer: Observer | None = None,
+        end_of_turn: EndOfTurnModel | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
+        # semantic_vad's end-of-turn model (shared by all sessions); None: semantic_vad
+        # ends turns after a fixed silence.
+        self.end_of_turn = end_of_turn
+        # The one end-of-turn scoring in flight: (request number, pause id, task). A
+        # result is used only if it answers this request: a cancelled one may have
+        # posted already, and pause ids restart with a new detector.
+        self._scoring: tuple[int, int, asyncio.Task[None]] | None = None
+        self._score_requests = 0
         self.executor = executor
         self.ids = Ids()
         self.session_id = self.ids.new("sess")
@@ -200,6 +239,7 @@ class Session:
             and not self.responder.responding
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
+            and (self._scoring is None or self._scoring[2].done())
         )
 
     async def run(self) -> None:
@@ -299,6 +339,8 @@ class Session:
             case TranscriptionFinished():
                 self.transcription.finished(m)
                 self._bound_history()  # a transcript is text the bounds count
+            case EndOfTurnScored():
+                await self._on_end_of_turn_scored(m)
 
     def _error(self, exc: protocol.ProtocolError) -> None:
         self.emit.control(
@@ -319,7 +361,13 @@ class Session:
     def _new_detector(self, params: ServerVadParams | None) -> TurnDetector | None:
         if params is None:
             return None
-        detector = TurnDetector(params)
+        detector: TurnDetector
+        if isinstance(params, SemanticVadParams):
+            if self.end_of_turn is None:
+                _warn_no_end_of_turn()
+            detector = SemanticTurnDetector(params, scoring=self.end_of_turn is not None)
+        else:
+            detector = TurnDetector(params)
         detector.reset(self.buffer.pos_to_ms(self.buffer.end))
         return detector
 
@@ -350,6 +398,7 @@ class Session:
         frames = await self.vad.score(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         for turn_event in detector.feed(frames):
             await self._on_turn_event(turn_event, event.received_at)
+        self._drop_stale_score()
         if not detector.in_speech:
             self._check_idle_timeout()
             # Idle: keep only what a future turn's prefix padding can reach.
@@ -382,6 +431,8 @@ class Session:
             if self.observer is not None:
                 self.observer.speech_started(self.session_id, item_id, event.audio_start_ms)
             await self.responder.barge_in(params.interrupt_response)
+        elif isinstance(event, PauseCandidate):
+            self._score_pause(event.pause_id)
         elif isinstance(event, SpeechStopped):
             item_id, start = self._speech or (self.ids.new("item"), self.buffer.start)
             self._speech = None
@@ -395,6 +446,61 @@ class Session:
                 self.observer.speech_stopped(
                     self.session_id, item_id, event.audio_end_ms, frame_received
                 )
+
+    # --- semantic_vad: the end-of-turn model ---------------------------------------------
+
+    def _score_pause(self, pause_id: int) -> None:
+        """Ask the end-of-turn model about the turn so far, off this task; the answer
+        comes back through the mailbox as `EndOfTurnScored`."""
+        model = self.end_of_turn
+        if model is None or self._speech is None:
+            return
+        self._cancel_score()
+        window = self.buffer.ms_to_pos(round(END_OF_TURN_WINDOW_S * 1000))
+        audio = self.buffer.copy(max(self._speech[1], self.buffer.end - window), self.buffer.end)
+        session_id = self.session_id
+        self._score_requests += 1
+        request = self._score_requests
+
+        async def score() -> None:
+            try:
+                pcm = await asyncio.to_thread(turn_audio, audio, PCM_RATE)
+                probability = await model.probability(pcm)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The model's own failures are its to report; this one is a bug.
+                log.exception("session %s: end-of-turn scoring failed", session_id)
+                probability = None
+            self._post(EndOfTurnScored(request, pause_id, probability))
+
+        self._scoring = (request, pause_id, asyncio.create_task(score()))
+
+    async def _on_end_of_turn_scored(self, message: EndOfTurnScored) -> None:
+        if self._scoring is None or self._scoring[0] != message.request:
+            return  # cancelled after it answered: stale
+        self._scoring = None
+        detector = self.detector
+        if not isinstance(detector, SemanticTurnDetector):
+            return  # turn detection changed since
+        stop = detector.decide(message.pause_id, message.probability)  # stale: None
+        if stop is not None:
+            await self._on_turn_event(stop, None)
+
+    def _drop_stale_score(self) -> None:
+        """Cancel scoring for a pause the detector no longer waits on (speech resumed,
+        or the turn ended)."""
+        if self._scoring is None:
+            return
+        detector = self.detector
+        pending = detector.pending_pause if isinstance(detector, SemanticTurnDetector) else None
+        if pending != self._scoring[1]:
+            self._cancel_score()
+
+    def _cancel_score(self) -> None:
+        if self._scoring is not None:
+            self._scoring[2].cancel()
+            self._scoring = None
 
     def _check_idle_timeout(self) -> None:
         """server_vad `idle_timeout_ms`: silence for that long after an answer has
@@ -470,6 +576,7 @@ class Session:
         self.emit.control(InputAudioBufferClearedEvent)
 
     def _reset_turn_detection(self) -> None:
+        self._cancel_score()
         if self.detector is not None:
             self.vad.reset()
             self.detector.reset(self.buffer.pos_to_ms(self.buffer.end))
@@ -513,13 +620,18 @@ class Session:
                 event.event_id,
             ) from None
         self.config = new
+        for note in mapped_to_nearest(event.session):
+            log.warning("session %s: session.update %s", self.session_id, note)
         if decoder is not None:
             self.decoder = decoder
         if vad_changed:
+            self._cancel_score()
             self._speech = None
             self.vad.reset()
             self.detector = detector
         self.emit.send(updated)
+        for unsupported in unhonoured(event.session, event.event_id):
+            self._error(unsupported)
 
     # --- responses ------------------------------------------------------------------------
 
@@ -558,8 +670,19 @@ class Session:
     async def _shutdown(self) -> None:
         """The connection is gone: stop the model and every task, bounded."""
         await self.responder.shutdown()
+        self._cancel_score()
         self.transcription.cancel_all()
         await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()
         if self.observer is not None:
             self.observer.session_closed(self.session_id)
+
+
+def _warn_no_end_of_turn() -> None:
+    global _warned_no_end_of_turn
+    if not _warned_no_end_of_turn:
+        _warned_no_end_of_turn = True
+        log.warning(
+            "semantic_vad without an end-of-turn model: turns end after %d ms of silence",
+            silence_needed_ms("auto", None),
+        )

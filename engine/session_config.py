@@ -22,6 +22,7 @@ from engine.protocol import (
     TranscriptionIn,
     TurnDetectionIn,
 )
+from engine.semantic_turns import SemanticVadParams
 from engine.turns import ServerVadParams
 from models.base import Tool
 
@@ -87,9 +88,7 @@ def apply_update(
 
     # Turn detection: an explicit null disables it.
     if audio_in is not None and "turn_detection" in audio_in.model_fields_set:
-        changes["turn_detection"] = _turn_detection(
-            audio_in.turn_detection, patch.param("audio.input.turn_detection"), event_id
-        )
+        changes["turn_detection"] = _turn_detection(audio_in.turn_detection)
 
     if "tools" in sent:
         changes["tools"] = tools_from_wire(patch.tools or [])  # [] (or null) clears them
@@ -121,8 +120,52 @@ def apply_update(
     return replace(config, **changes)
 
 
+def unhonoured(patch: SessionIn, event_id: str | None = None) -> list[ProtocolError]:
+    """Values OpenAI accepts that Parley cannot honour. Each is reported in its own
+    `error` naming the field, and `apply_update` applies the rest of the update: one
+    such value never drops a whole update (a client's other settings would be lost).
+    Values OpenAI itself refuses are refused whole by `apply_update` instead."""
+    found: list[ProtocolError] = []
+    for i, tool in enumerate(patch.tools or ()):
+        if tool.type == "mcp":
+            found.append(
+                ProtocolError(
+                    "unsupported_value",
+                    f"MCP tools are not supported: tool {tool.server_label or i} is not "
+                    "applied (the rest of the update is).",
+                    f"session.tools[{i}].type",
+                    event_id,
+                )
+            )
+    audio_out = patch.audio.output if patch.audio else None
+    if audio_out is not None and audio_out.speed not in (None, 1.0):
+        found.append(
+            ProtocolError(
+                "unsupported_value",
+                f"Parley speaks at one speed: speed {audio_out.speed} is not applied "
+                "(the rest of the update is).",
+                patch.param("audio.output.speed"),
+                event_id,
+            )
+        )
+    return found
+
+
+def mapped_to_nearest(patch: SessionIn) -> list[str]:
+    """Values Parley replaces with its nearest behaviour, for a warning in the log."""
+    audio_in = patch.audio.input if patch.audio else None
+    if audio_in is not None and audio_in.noise_reduction is not None:
+        return ["audio.input.noise_reduction: no noise reduction is applied"]
+    return []
+
+
 def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:
-    return tuple(Tool(t.name, t.description or "", json.dumps(t.parameters or {})) for t in tools)
+    """The function tools (an MCP tool is reported by `unhonoured`, not applied)."""
+    return tuple(
+        Tool(t.name, t.description or "", json.dumps(t.parameters or {}))
+        for t in tools
+        if t.type == "function" and t.name is not None
+    )
 
 
 def tool_choice_name(choice: ToolChoiceIn) -> str:
@@ -141,18 +184,18 @@ def _transcription(value: TranscriptionIn | None) -> InputTranscription | None:
     return InputTranscription(value.model or "whisper-1", value.language, value.prompt)
 
 
-def _turn_detection(
-    value: TurnDetectionIn | None, param: str, event_id: str | None
-) -> ServerVadParams | None:
+def _turn_detection(value: TurnDetectionIn | None) -> ServerVadParams | None:
     if value is None:
         return None
-    if value.type != "server_vad":
-        raise ProtocolError(
-            "unsupported_turn_detection",
-            f"Turn detection '{value.type}' is not supported; use 'server_vad' or null.",
-            f"{param}.type",
-            event_id,
-        )
+    if value.type == "semantic_vad":
+        # Only these three are semantic_vad fields (server_vad's are ignored, as the
+        # SDK's SemanticVad has none of them).
+        semantic = {
+            name: getattr(value, name)
+            for name in ("eagerness", "create_response", "interrupt_response")
+            if getattr(value, name) is not None
+        }
+        return SemanticVadParams(**semantic)
     defaults = ServerVadParams()
     fields = {
         name: getattr(value, name)
@@ -182,7 +225,14 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
     """The full effective configuration, shaped as the GA `session` object."""
     vad = config.turn_detection
     turn_detection: dict[str, Any] | None = None
-    if vad is not None:
+    if isinstance(vad, SemanticVadParams):
+        turn_detection = {
+            "type": "semantic_vad",
+            "eagerness": vad.eagerness,
+            "create_response": vad.create_response,
+            "interrupt_response": vad.interrupt_response,
+        }
+    elif vad is not None:
         turn_detection = {
             "type": "server_vad",
             "threshold": vad.threshold,

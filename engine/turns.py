@@ -46,7 +46,16 @@ class SpeechStopped:
     audio_end_ms: int
 
 
-TurnEvent = SpeechStarted | SpeechStopped
+@dataclass(frozen=True)
+class PauseCandidate:
+    """semantic_vad only: a pause in the turn long enough to ask the end-of-turn
+    model about (engine/semantic_turns.py)."""
+
+    pause_id: int
+    audio_end_ms: int  # end of the frame that made the pause a candidate
+
+
+TurnEvent = SpeechStarted | SpeechStopped | PauseCandidate
 
 
 class FrameKind(Enum):
@@ -153,7 +162,7 @@ class TurnDetector:
         start = padded_start(onset, self.params.prefix_padding_ms, self._floor_ms)
         return SpeechStarted(audio_start_ms=start, onset_ms=onset)
 
-    def _speech_step(self, frame: FrameScore) -> SpeechStopped | None:
+    def _speech_step(self, frame: FrameScore) -> SpeechStopped | PauseCandidate | None:
         kind = classify(frame.score, self.params.threshold, in_speech=True)
         if kind is FrameKind.SPEECH:
             self._silence_ms = None

@@ -100,8 +100,12 @@ class AudioIn(_Loose):
 
 
 class ToolIn(_Loose):
-    type: Literal["function"] = "function"
-    name: str
+    # OpenAI also takes MCP servers as tools: accepted here so one cannot drop a whole
+    # session.update (engine/session_config.py reports it as not applied). A function
+    # needs its name: `normalize` checks, as a missing required parameter.
+    type: Literal["function", "mcp"] = "function"
+    name: str | None = None
+    server_label: str | None = None
     description: str | None = None
     parameters: JsonObject | None = None
 

@@ -37,6 +37,7 @@ from engine.protocol.events import (
     ResponseIn,
     SessionIn,
     SessionUpdate,
+    ToolIn,
 )
 
 Modalities = list[Literal["text", "audio"]]
@@ -65,6 +66,10 @@ def normalize(event: ClientEvent) -> ClientEvent:
                 raise dataclasses.replace(exc, event_id=event.event_id) from None
             return event if session is event.session else _rebuilt(event, {"session": session})
         case ResponseCreate(response=ResponseIn() as response):
+            try:
+                _check_tools(response.tools, "response.tools", allow_mcp=False)
+            except ProtocolError as exc:
+                raise dataclasses.replace(exc, event_id=event.event_id) from None
             ga = _response(response)
             return event if ga is response else _rebuilt(event, {"response": ga})
         case ConversationItemCreate():
@@ -74,9 +79,27 @@ def normalize(event: ClientEvent) -> ClientEvent:
             return event
 
 
+def _check_tools(tools: list[ToolIn] | None, param: str, *, allow_mcp: bool = True) -> None:
+    """A function tool needs its name; an MCP tool is refused where nothing else of the
+    event could still apply (a response's tools)."""
+    for i, tool in enumerate(tools or ()):
+        if tool.type == "function" and tool.name is None:
+            where = f"{param}[{i}].name"
+            raise ProtocolError(
+                "missing_required_parameter", f"Missing required parameter: '{where}'.", where
+            )
+        if tool.type == "mcp" and not allow_mcp:
+            raise ProtocolError(
+                "unsupported_value",
+                "MCP tools are not supported; use function tools.",
+                f"{param}[{i}].type",
+            )
+
+
 def normalize_session(session: SessionIn) -> SessionIn:
     """A session configuration with its beta fields moved to the GA ones (also for
     the presets of ephemeral keys, which arrive outside any event)."""
+    _check_tools(session.tools, "session.tools")
     sent = session.model_fields_set
     changes: dict[str, Any] = {}
     moved: dict[str, str] = {}

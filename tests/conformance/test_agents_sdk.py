@@ -53,8 +53,7 @@ async def start(server: RunningServer, tools: list[FunctionTool] | None = None) 
             "headers": {"Authorization": "Bearer x"},
             "initial_model_settings": {
                 "model_name": MODEL,
-                # The SDK's default is semantic_vad, which Parley refuses.
-                "turn_detection": {"type": "server_vad", "interrupt_response": True},
+                # Turn detection left to the SDK's default: semantic_vad.
             },
         }
     )

@@ -348,6 +348,51 @@ async def test_server_vad_turn_with_real_speech(open_client: Open) -> None:
     assert transcript_done["transcript"] == said
 
 
+@sends("session.update", "input_audio_buffer.append")
+async def test_semantic_vad_turn_with_real_speech(open_client: Open) -> None:
+    # As LiveKit Agents' OpenAI plugin sends it by default: semantic_vad with the
+    # transcription and voice in the same update, all applied.
+    c = await open_client()
+    vad = {
+        "type": "semantic_vad",
+        "eagerness": "high",
+        "create_response": True,
+        "interrupt_response": True,
+    }
+    transcription = {"model": "gpt-4o-mini-transcribe"}
+    session = await c.update(
+        ga={
+            "audio": {
+                "input": {"turn_detection": vad, "transcription": transcription},
+                "output": {"voice": "marin"},
+            }
+        },
+        beta={"turn_detection": vad, "input_audio_transcription": transcription, "voice": "marin"},
+    )
+    if c.beta:
+        detection, voice = session["turn_detection"], session["voice"]
+        assert session["input_audio_transcription"]["model"] == "gpt-4o-mini-transcribe"
+    else:
+        detection = session["audio"]["input"]["turn_detection"]
+        voice = session["audio"]["output"]["voice"]
+        assert session["audio"]["input"]["transcription"]["model"] == "gpt-4o-mini-transcribe"
+    assert detection == vad
+    assert voice == "marin"
+
+    sender = asyncio.create_task(c.append_pcm(speech("weather")))
+    try:
+        done = (await c.until("response.done"))["response"]
+        await asyncio.wait_for(sender, TIMEOUT_S)
+    finally:
+        sender.cancel()
+    (started,) = c.of("input_audio_buffer.speech_started")
+    (stopped,) = c.of("input_audio_buffer.speech_stopped")
+    (committed,) = c.of("input_audio_buffer.committed")
+    assert started["item_id"] == stopped["item_id"] == committed["item_id"]
+    assert done["status"] == "completed"
+    assert "error" not in c.types()
+
+
 @sends(
     "session.update",
     "input_audio_buffer.append",

@@ -80,9 +80,9 @@ BAD_FRAMES = [
     ),
     (
         '{"type": "session.update", "session": {"audio": {"input": {"turn_detection":'
-        ' {"type": "semantic_vad"}}}}, "event_id": "e1"}',
-        "unsupported_turn_detection",
-        "session.audio.input.turn_detection.type",
+        ' {"type": "semantic_vad", "eagerness": "eager"}}}}, "event_id": "e1"}',
+        "invalid_value",
+        "session.audio.input.turn_detection.eagerness",
     ),
     (
         '{"type": "session.update", "session": {"audio": {"input": {"format":'

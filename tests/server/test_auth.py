@@ -230,9 +230,15 @@ async def test_ephemeral_key_cannot_mint_and_is_not_used_up_trying(
     ("body", "code", "param"),
     [
         (
-            {"session": {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}},
-            "unsupported_turn_detection",
-            "session.audio.input.turn_detection.type",
+            {
+                "session": {
+                    "audio": {
+                        "input": {"turn_detection": {"type": "semantic_vad", "eagerness": "x"}}
+                    }
+                }
+            },
+            "invalid_value",
+            "session.audio.input.turn_detection.eagerness",
         ),
         ({"session": {"type": "transcription"}}, "invalid_value", "session.type"),
         (

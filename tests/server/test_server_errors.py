@@ -242,7 +242,7 @@ async def test_response_create_while_one_is_active(serve: ServerFactory) -> None
         assert [e["type"] for e in client.all].count("response.created") == 1
 
 
-async def test_unsupported_turn_detection(server: RunningServer) -> None:
+async def test_unsupported_speed_is_reported_and_the_rest_applies(server: RunningServer) -> None:
     async with session(server) as client:
         await client.send(
             {
@@ -250,15 +250,20 @@ async def test_unsupported_turn_detection(server: RunningServer) -> None:
                 "event_id": "evt_semantic",
                 "session": {
                     "type": "realtime",
-                    "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}},
+                    "audio": {
+                        "input": {"turn_detection": {"type": "semantic_vad"}},
+                        "output": {"speed": 1.3},
+                    },
                 },
             }
         )
         error = await client.error()
-        assert error["code"] == "unsupported_turn_detection"
-        assert error["param"] == "session.audio.input.turn_detection.type"
+        assert error["code"] == "unsupported_value"
+        assert error["param"] == "session.audio.output.speed"
         assert error["event_id"] == "evt_semantic"
-        assert "session.updated" not in [e["type"] for e in client.all]
+        [updated] = [e for e in client.all if e["type"] == "session.updated"]
+        vad = updated["session"]["audio"]["input"]["turn_detection"]
+        assert vad["type"] == "semantic_vad"
         await client.alive()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.end_of_turn import EndOfTurnModel
 from engine.limits import EngineLimits
 from engine.observer import Observer
 from engine.protocol import ProtocolError, parse_client_event
@@ -33,6 +34,7 @@ class Harness:
         vad: VadBackend | None = None,
         limits: EngineLimits | None = None,
         observer: Observer | None = None,
+        end_of_turn: EndOfTurnModel | None = None,
     ) -> None:
         self.executor = executor if executor is not None else ScriptedExecutor()
         self.session = Session(
@@ -41,6 +43,7 @@ class Harness:
             model="test",
             limits=limits,
             observer=observer,
+            end_of_turn=end_of_turn,
         )
         self.events: list[dict[str, Any]] = []
         self.max_bytes = MAX_BYTES

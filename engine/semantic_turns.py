@@ -1,0 +1,157 @@
+"""semantic_vad turn detection: Silero finds the speech, an end-of-turn model
+decides when a pause ends the turn.
+
+`SemanticTurnDetector` is `TurnDetector` (same speech start, same silence rule)
+with a different end: after `CANDIDATE_PAUSE_MS` of silence it emits a
+`PauseCandidate`; the session has the pause scored off its task and hands the
+probability back with `decide`, which sets how much silence ends the turn
+(`silence_needed_ms`). Until a score arrives, the eagerness' maximum wait
+applies, so a slow or stuck model never holds a turn open past OpenAI's cap.
+Pure: no I/O, no clock; times come from the frames.
+
+All the tuning lives in the constants below (`make eval-turns` tunes them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import soxr
+
+from engine.end_of_turn import END_OF_TURN_RATE, END_OF_TURN_WINDOW_S
+from engine.turns import (
+    FrameKind,
+    PauseCandidate,
+    ServerVadParams,
+    SpeechStopped,
+    TurnDetector,
+    classify,
+    counts_as_silence,
+)
+from engine.vad import FrameScore
+
+Eagerness = Literal["low", "medium", "high", "auto"]
+
+# Silence before a pause is scored (a shorter gap is within speech).
+CANDIDATE_PAUSE_MS = 200
+# At or above this probability the turn is taken as finished.
+CONFIDENT_PROBABILITY = 0.5
+# Silence that ends a turn the model is confident about, per eagerness.
+CONFIDENT_SILENCE_MS: dict[str, int] = {"low": 300, "medium": 250, "high": 200}
+# OpenAI's maximum waits: a pause this long always ends the turn.
+MAX_WAIT_MS: dict[str, int] = {"low": 8000, "medium": 4000, "high": 2000}
+# No model, or it could not score: server_vad's default silence.
+FALLBACK_SILENCE_MS = 500
+
+
+def effective_eagerness(eagerness: Eagerness) -> str:
+    return "medium" if eagerness == "auto" else eagerness
+
+
+def max_wait_ms(eagerness: Eagerness) -> int:
+    return MAX_WAIT_MS[effective_eagerness(eagerness)]
+
+
+def silence_needed_ms(eagerness: Eagerness, probability: float | None) -> int:
+    """Silence (from the end of speech) that ends the turn, given the model's
+    probability that the user has finished: short when confident, scaled up
+    linearly to the maximum wait as the probability falls to 0."""
+    cap = max_wait_ms(eagerness)
+    if probability is None:
+        return min(FALLBACK_SILENCE_MS, cap)
+    short = CONFIDENT_SILENCE_MS[effective_eagerness(eagerness)]
+    p = min(max(probability, 0.0), 1.0)
+    if p >= CONFIDENT_PROBABILITY:
+        return short
+    doubt = 1.0 - p / CONFIDENT_PROBABILITY  # 0 at the confident line, 1 at p = 0
+    return min(cap, round(short + (cap - short) * doubt))
+
+
+@dataclass(frozen=True)
+class SemanticVadParams(ServerVadParams):
+    """semantic_vad: only eagerness, create_response and interrupt_response are
+    protocol fields; speech is found with server_vad's defaults."""
+
+    eagerness: Eagerness = "auto"
+
+
+def turn_audio(pcm: npt.NDArray[np.int16], rate: int) -> npt.NDArray[np.int16]:
+    """The model's input: the last `END_OF_TURN_WINDOW_S` of `pcm`, at 16 kHz."""
+    tail = pcm[-int(END_OF_TURN_WINDOW_S * rate) :]
+    if rate == END_OF_TURN_RATE or not len(tail):
+        return np.asarray(tail, dtype=np.int16)
+    out = soxr.resample(tail.astype(np.float32), rate, END_OF_TURN_RATE)
+    return np.asarray(np.clip(np.rint(out), -32768, 32767), dtype=np.int16)
+
+
+class SemanticTurnDetector(TurnDetector):
+    """TurnDetector whose silence window is set per pause by the model's score.
+
+    Each pause (a run of silence inside a turn) gets a new id when it becomes a
+    candidate; a score for any other id is stale and ignored. With `scoring`
+    off (no model) every pause ends after `silence_needed_ms(e, None)`.
+    """
+
+    def __init__(self, params: SemanticVadParams, *, scoring: bool = True) -> None:
+        super().__init__(params)
+        self.eagerness: Eagerness = params.eagerness
+        self.scoring = scoring
+        self._pause_id = 0
+        self._candidate: int | None = None  # id of the pause being scored
+        self._needed_ms = self._initial_needed()
+        self._last_end_ms = 0
+
+    @property
+    def pending_pause(self) -> int | None:
+        """The id of the pause awaiting its score, if any."""
+        return self._candidate
+
+    def decide(self, pause_id: int, probability: float | None) -> SpeechStopped | None:
+        """The model's score for pause `pause_id`: ends the turn now if the pause
+        is already long enough, else sets the silence the pause needs."""
+        if pause_id != self._candidate or not self.in_speech or self._silence_ms is None:
+            return None  # stale: speech resumed, or the turn ended meanwhile
+        self._candidate = None
+        self._needed_ms = silence_needed_ms(self.eagerness, probability)
+        if self._silence_ms < self._needed_ms:
+            return None
+        end = self._last_end_ms
+        self.reset(end)
+        return SpeechStopped(audio_end_ms=end)
+
+    def reset(self, now_ms: int) -> None:
+        super().reset(now_ms)
+        self._end_pause()
+
+    def _initial_needed(self) -> int:
+        if self.scoring:
+            return max_wait_ms(self.eagerness)
+        return silence_needed_ms(self.eagerness, None)
+
+    def _end_pause(self) -> None:
+        self._candidate = None
+        self._needed_ms = self._initial_needed()
+
+    def _speech_step(self, frame: FrameScore) -> SpeechStopped | PauseCandidate | None:
+        self._last_end_ms = frame.end_ms
+        kind = classify(frame.score, self.params.threshold, in_speech=True)
+        if kind is FrameKind.SPEECH:
+            if self._silence_ms is not None:
+                self._end_pause()  # speech resumed: the pause and its score are moot
+            self._silence_ms = None
+            return None
+        if not counts_as_silence(kind, self._silence_ms is not None):
+            return None
+        before = self._silence_ms or 0
+        self._silence_ms = before + frame.end_ms - frame.start_ms
+        if self._silence_ms >= self._needed_ms:
+            self.reset(frame.end_ms)
+            return SpeechStopped(audio_end_ms=frame.end_ms)
+        if self.scoring and before < CANDIDATE_PAUSE_MS <= self._silence_ms:
+            self._pause_id += 1
+            self._candidate = self._pause_id
+            return PauseCandidate(pause_id=self._pause_id, audio_end_ms=frame.end_ms)
+        return None

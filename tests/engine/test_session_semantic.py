@@ -1,0 +1,171 @@
+"""semantic_vad in a session: real speech, Silero-style speech finding by the test
+VAD, and a fake end-of-turn model whose answers the test releases."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.speech import load_wav, silence
+from engine.end_of_turn import END_OF_TURN_RATE
+from engine.semantic_turns import FALLBACK_SILENCE_MS
+from engine.session import EndOfTurnScored
+from tests.support.audio import append_chunked
+from tests.support.harness import Harness
+
+
+class FakeEndOfTurn:
+    """Each call waits on a future the test resolves (or the session cancels)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[npt.NDArray[np.int16], asyncio.Future[float | None]]] = []
+
+    async def probability(self, pcm: npt.NDArray[np.int16]) -> float | None:
+        future: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+        self.calls.append((pcm, future))
+        return await future
+
+    def live(self) -> list[asyncio.Future[float | None]]:
+        return [f for _, f in self.calls if not f.done()]
+
+    async def asked(self, h: Harness) -> asyncio.Future[float | None]:
+        """The one call waiting for an answer, once the session has made it (the
+        audio is resampled in a worker thread first)."""
+        await h.run_until(lambda: len(self.live()) == 1)
+        [future] = self.live()
+        return future
+
+
+def semantic_update(**extra: Any) -> dict[str, Any]:
+    turn_detection = {"type": "semantic_vad", **extra}
+    return {
+        "type": "session.update",
+        "session": {"type": "realtime", "audio": {"input": {"turn_detection": turn_detection}}},
+    }
+
+
+async def send_all(h: Harness, pcm: npt.NDArray[np.int16]) -> None:
+    """Append `pcm` and let the session handle every append (the model may be waiting)."""
+    await append_chunked(h, pcm)
+    await handled(h)
+
+
+async def handled(h: Harness) -> None:
+    """Until the session has handled every message and its events are read (settle
+    would also wait for the model, which may be waiting on the test)."""
+    session = h.session
+    await h.run_until(
+        lambda: session._mailbox.empty() and not session._busy and len(session.outbox) == 0
+    )
+    await h.steps(5)  # the reader appends what it took
+
+
+async def test_a_spoken_turn_commits_once_the_model_is_sure() -> None:
+    model = FakeEndOfTurn()
+    async with Harness(end_of_turn=model) as h:
+        await h.send(semantic_update())
+        await h.settle()
+        speech = load_wav("weather")
+        await send_all(h, np.concatenate([silence(300), speech, silence(1000)]))
+        # The pause after the question is being scored; nothing is committed yet.
+        assert len(h.of("input_audio_buffer.speech_started")) == 1
+        assert h.of("input_audio_buffer.committed") == []
+        pending = await model.asked(h)
+        pcm = model.calls[-1][0]
+        assert pcm.dtype == np.int16
+        # The turn so far at 16 kHz: at least the speech itself.
+        assert len(pcm) >= len(speech) * END_OF_TURN_RATE // 24_000
+        pending.set_result(0.9)
+        await h.settle()
+        assert len(h.of("input_audio_buffer.speech_stopped")) == 1
+        [committed] = h.of("input_audio_buffer.committed")
+        assert len(h.of("response.created")) == 1
+        [prompt] = [p for p in h.scripted.prompts]
+        user = [i for i in prompt.items if i.id == committed["item_id"]]
+        assert len(user[0].audio) >= len(speech)
+
+
+async def test_speech_after_a_hesitation_drops_the_pending_score() -> None:
+    model = FakeEndOfTurn()
+    async with Harness(end_of_turn=model) as h:
+        await h.send(semantic_update(eagerness="high"))
+        await h.settle()
+        first, second = load_wav("weather"), load_wav("lights")
+        await send_all(h, np.concatenate([silence(300), first, silence(600)]))
+        hesitation = await model.asked(h)  # scoring the pause after the first half
+        await send_all(h, second)
+        assert hesitation.cancelled()  # the user went on: that score is moot
+        assert model.live() == []
+        await send_all(h, silence(1000))
+        final = await model.asked(h)
+        final.set_result(0.95)
+        await h.settle()
+        # One turn holding both halves.
+        assert len(h.of("input_audio_buffer.committed")) == 1
+        [started] = h.of("input_audio_buffer.speech_started")
+        [stopped] = h.of("input_audio_buffer.speech_stopped")
+        span_ms = stopped["audio_end_ms"] - started["audio_start_ms"]
+        assert span_ms * 24 >= len(first) + len(second)
+
+
+async def test_an_unsure_model_is_overruled_by_the_maximum_wait() -> None:
+    model = FakeEndOfTurn()
+    async with Harness(end_of_turn=model) as h:
+        await h.send(semantic_update(eagerness="high"))
+        await h.settle()
+        await send_all(h, np.concatenate([silence(300), load_wav("weather"), silence(1000)]))
+        pending = await model.asked(h)
+        pending.set_result(0.0)  # "not finished": wait up to the cap (2 s for high)
+        await h.settle()
+        assert h.of("input_audio_buffer.committed") == []
+        await send_all(h, silence(1200))
+        await h.settle()
+        [stopped] = h.of("input_audio_buffer.speech_stopped")
+        assert len(h.of("input_audio_buffer.committed")) == 1
+        assert stopped["audio_end_ms"] <= 300 + len(load_wav("weather")) // 24 + 2000 + 100
+
+
+async def stop_ms(update: dict[str, Any]) -> int:
+    async with Harness() as h:
+        await h.send(update)
+        await h.settle()
+        await append_chunked(h, np.concatenate([silence(300), load_wav("weather"), silence(1000)]))
+        await h.settle()
+        assert len(h.of("input_audio_buffer.committed")) == 1
+        [stopped] = h.of("input_audio_buffer.speech_stopped")
+        return int(stopped["audio_end_ms"])
+
+
+async def test_without_a_model_semantic_vad_ends_turns_as_server_vad_does() -> None:
+    server_vad = {"type": "server_vad", "silence_duration_ms": FALLBACK_SILENCE_MS}
+    fixed = await stop_ms(
+        {
+            "type": "session.update",
+            "session": {"type": "realtime", "audio": {"input": {"turn_detection": server_vad}}},
+        }
+    )
+    assert await stop_ms(semantic_update()) == fixed
+
+
+async def test_a_score_for_another_request_is_ignored() -> None:
+    # A scoring task cancelled after it had already posted its answer (turn detection
+    # changed, pause ids started over): the answer names the right pause id but not
+    # the request in flight, and must not end the turn.
+    model = FakeEndOfTurn()
+    async with Harness(end_of_turn=model) as h:
+        await h.send(semantic_update())
+        await h.settle()
+        await send_all(h, np.concatenate([silence(300), load_wav("weather"), silence(1000)]))
+        pending = await model.asked(h)
+        scoring = h.session._scoring
+        assert scoring is not None
+        request, pause_id, _ = scoring
+        h.session._post(EndOfTurnScored(request + 1, pause_id, 1.0))
+        await handled(h)
+        assert h.of("input_audio_buffer.committed") == []
+        pending.set_result(1.0)  # the answer to the request in flight does end it
+        await h.settle()
+        assert len(h.of("input_audio_buffer.committed")) == 1
