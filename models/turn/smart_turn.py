@@ -116,8 +116,10 @@ class SmartTurnModel:
             return None
 
     def close(self) -> None:
-        """Stop the worker thread once the queued requests are done."""
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        """Stop the worker thread once the queued requests are done (cancelling them
+        would raise CancelledError in sessions that did not ask for it); later calls
+        return None."""
+        self._thread.shutdown(wait=False)
 
 
 def load_smart_turn(path: Path | None = None) -> SmartTurnModel | None:

@@ -129,8 +129,10 @@ class _Blocking:
         self.entered = threading.Event()
         self.release = threading.Event()
         self.thread: str | None = None
+        self.runs = 0
 
     def run(self, output_names: None, feeds: dict[str, npt.NDArray[np.float32]]) -> list[object]:
+        self.runs += 1
         self.thread = threading.current_thread().name
         assert feeds["input_features"].shape == (1, 80, 800)
         self.entered.set()
@@ -153,3 +155,28 @@ async def test_scoring_runs_off_the_event_loop() -> None:
     assert await scoring == 0.75
     assert runner.thread is not None and runner.thread.startswith("smart-turn")
     model.close()
+
+
+async def test_a_request_given_up_before_its_turn_is_never_scored() -> None:
+    runner = _Blocking()
+    model = SmartTurnModel(runner)
+    first = asyncio.create_task(model.probability(question()))
+    await asyncio.to_thread(runner.entered.wait)
+    second = asyncio.create_task(model.probability(question()))
+    await asyncio.sleep(0)  # queued behind the first
+    second.cancel()
+    runner.release.set()
+    assert await first == 0.75
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    # One thread, first in first out: had the second run, it would have run by now.
+    assert await model.probability(question()) == 0.75
+    assert runner.runs == 2
+    model.close()
+    assert await model.probability(question()) is None  # closed: the caller falls back
+
+
+async def test_silence_alone_scores_without_error(model: SmartTurnModel) -> None:
+    for pcm in (np.zeros(0, dtype=np.int16), np.zeros(16_000, dtype=np.int16)):
+        p = await model.probability(pcm)
+        assert p is not None and 0.0 <= p <= 1.0
