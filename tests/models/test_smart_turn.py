@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import sys
 import threading
 import wave
 from pathlib import Path
@@ -66,6 +67,8 @@ def test_the_onnx_file_comes_from_the_pipecat_wheel() -> None:
     assert path.name == "smart-turn-v3.2-cpu.onnx" and path.stat().st_size > 8_000_000
     turn = [m for m in installed_models() if m.stage == "turn"]
     assert len(turn) == 1 and turn[0].path == str(path) and turn[0].license == "BSD-2-Clause"
+    assert load_smart_turn(path) is not None
+    assert "pipecat" not in sys.modules  # importing it would pull a voice-agent framework
 
 
 def test_no_pipecat_package_is_a_model_missing(monkeypatch: pytest.MonkeyPatch) -> None:
