@@ -1,6 +1,6 @@
 """Smart Turn v3.2 cost on this machine: features, model, and whether batching pays.
 
-Run from the repository root:  .venv/bin/python -m bench.turn_model
+Run from the repository root:  .venv/bin/python -m bench.turn_model  (not part of `make bench`)
 
 Scores the speech fixtures (resampled to 16 kHz, 200 ms of silence after each) the
 way SmartTurnModel does, one thread, intra_op_num_threads=1: milliseconds for the
