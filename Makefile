@@ -88,12 +88,14 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS)
 	touch $@ $(VENV)/.installed-run
 
-# Voice-to-voice latency of the embedded pipeline, turn detection per VAD backend, and
-# capacity under load beside the floor (about 8.5 minutes on 2 cores); tables on stdout,
+# Voice-to-voice latency of the embedded pipeline, synthesis time against text length,
+# turn detection per VAD backend, and capacity under load beside the floor (about
+# 9 minutes on 2 cores); tables on stdout,
 # JSON and a plot in bench/results/ (docs/performance.md).
 .PHONY: bench
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.voice_to_voice
+	$(BIN)/python -m bench.tts_first_audio
 	$(BIN)/python -m bench.vad_backends
 	$(BIN)/python -m bench.load
 

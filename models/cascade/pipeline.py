@@ -7,8 +7,9 @@ its turn (counted in `queued`, shown by /healthz) instead of slowing the others 
 Stages have separate bounds so that a response holding the language model can always
 get a synthesizer.
 
-A response streams: the language model's tokens are cut into sentences as they
-arrive, and each sentence is synthesized and sent while the model writes the next.
+A response streams: the language model's tokens are cut into its first clause, then
+sentences, as they arrive, and each piece is synthesized and sent while the model
+writes the next.
 Abort stops both within one sentence: the token loop checks the flag every token,
 and no further sentence is synthesized.
 """

@@ -1,9 +1,12 @@
 """Cutting a reply streaming from a language model into the pieces handed to a
-synthesizer, so the first sentence is spoken while the model writes the next."""
+synthesizer: the first clause (first_clause.py), then sentence by sentence, so the
+first words are spoken while the model writes the rest."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable
+
+from models.speech.first_clause import first_clause_end
 
 # A clause break (, ; :) ends a piece only once it is this long, so a long sentence
 # starts sounding early while short ones keep their natural phrasing.
@@ -37,6 +40,13 @@ def _is_abbreviation(before: str) -> bool:
     return len(words) == 1 and word.isdigit()  # a list item: "1. First"
 
 
+def split_speakable(buffer: str, *, first: bool) -> tuple[list[str], str]:
+    """Speakable pieces at the start of `buffer`, and the rest: as split_sentences,
+    but while `first` (nothing of the reply has been cut yet) the first piece ends
+    as soon as first_clause_end finds its first clause complete."""
+    return _split(buffer, first)
+
+
 def split_sentences(buffer: str) -> tuple[list[str], str]:
     """Complete sentences at the start of `buffer`, and the rest.
 
@@ -49,14 +59,19 @@ def split_sentences(buffer: str) -> tuple[list[str], str]:
     none of these is cut at its last space (or there, if it has none), so the rest is
     never longer. Sentences are stripped and never empty.
     """
+    return _split(buffer, False)
+
+
+def _split(buffer: str, first: bool) -> tuple[list[str], str]:
     sentences: list[str] = []
     start = i = 0
     n = len(buffer)
 
     def cut(end: int, resume: int) -> None:
-        nonlocal start
+        nonlocal start, first
         if piece := buffer[start:end].strip():
             sentences.append(piece)
+            first = False
         start = resume
 
     while i < n:
@@ -71,6 +86,12 @@ def split_sentences(buffer: str) -> tuple[list[str], str]:
             i = start  # rescan the new piece from its start, as the next call would
             continue
         ch = buffer[i]
+        if first and ch.isspace() and i > start and not buffer[i - 1].isspace():
+            end = first_clause_end(buffer[start:i])  # a word just ended
+            if end is not None:
+                cut(start + end, start + end)
+                i = start  # the rest is scanned anew, as a sentence
+                continue
         if ch == "\n":
             cut(i, i + 1)
             i += 1
@@ -102,11 +123,12 @@ def split_sentences(buffer: str) -> tuple[list[str], str]:
 
 
 async def sentences_of(pieces: AsyncIterable[str]) -> AsyncGenerator[str, None]:
-    """Sentences of a streamed reply as soon as each is complete, then what is left
-    once the stream ended."""
-    rest = ""
+    """The first clause of a streamed reply, then its sentences, each as soon as it
+    is complete; then what is left once the stream ended."""
+    rest, first = "", True
     async for piece in pieces:
-        sentences, rest = split_sentences(rest + piece)
+        sentences, rest = split_speakable(rest + piece, first=first)
+        first = first and not sentences
         for sentence in sentences:
             yield sentence
     if rest := rest.strip():

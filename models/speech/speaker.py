@@ -1,11 +1,11 @@
 """Speaking a streamed text reply, shared by every executor that makes text and
 synthesizes it with Parley's own TTS stage (the cascade, vLLM, remote servers).
 
-The text arrives in pieces (tokens, SSE deltas); they are cut into sentences as soon
-as each is complete (sentences.py), and `speak_text` synthesizes them one by one, so
-the first sentence is heard while the model still writes the next. A response stops
-within one sentence of an abort: no sentence is synthesized, nor yielded, once
-`stopped()` holds.
+The text arrives in pieces (tokens, SSE deltas); they are cut into the first clause,
+then sentences, as soon as each is complete (sentences.py), and `speak_text`
+synthesizes them one by one, so the first words are heard while the model still
+writes the next. A response stops within one piece of an abort: no piece is
+synthesized, nor yielded, once `stopped()` holds.
 """
 
 from __future__ import annotations
