@@ -24,6 +24,7 @@ from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
 from engine.vad_batch import VadBatcher
 from models.base import Executor
 from models.scripted import ScriptedExecutor
+from models.turn.smart_turn import load_smart_turn
 from server.auth import (
     MAX_BODY_BYTES,
     ApiError,
@@ -131,6 +132,9 @@ def create_app(
     model_executor = executor or make_executor(settings)
 
     vad = make_vad_backend(settings)
+    # semantic_vad's end-of-turn model (Smart Turn), one per process; None with a
+    # warning when it cannot load, and semantic_vad turns then end on fixed silence.
+    end_of_turn = load_smart_turn()
     install_redaction()  # no audio or key in the WebSocket library's debug lines
     metrics = Metrics() if settings.metrics else None
     metered = MetricsObserver(metrics, time.monotonic) if metrics else None
@@ -159,6 +163,8 @@ def create_app(
                 mark_dead(metrics.multiprocess_dir, os.getpid())  # its gauges go with it
             if isinstance(vad, VadBatcher):
                 vad.close()
+            if end_of_turn is not None:
+                end_of_turn.close()
             if owned:
                 await model_executor.aclose()
 
@@ -167,7 +173,9 @@ def create_app(
     # here only (`parley serve --workers` shares one, server/cli.py).
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
     keys = KeyStore(settings.api_keys, secret)
-    endpoint = RealtimeEndpoint(settings, model_executor, vad, keys, observers)
+    endpoint = RealtimeEndpoint(
+        settings, model_executor, vad, keys, observers, end_of_turn=end_of_turn
+    )
     app.state.keys = keys
     app.state.endpoint = endpoint
     started = int(time.time())

@@ -60,7 +60,10 @@ async def start(server: RunningServer, tools: list[FunctionTool] | None = None) 
 
 
 async def send_speech(session: RealtimeSession, name: str) -> None:
-    pcm = np.concatenate([load_wav(name), silence(1000)]).astype("<i2")
+    # Then silence, as a microphone keeps sending: semantic_vad (the SDK's default)
+    # waits longer than server_vad when its model is unsure the speaker is done, up to
+    # 4 s at its default eagerness.
+    pcm = np.concatenate([load_wav(name), silence(4500)]).astype("<i2")
     for i in range(0, len(pcm), CHUNK):
         await session.send_audio(pcm[i : i + CHUNK].tobytes())
 

@@ -379,7 +379,10 @@ async def test_semantic_vad_turn_with_real_speech(open_client: Open) -> None:
     assert detection == vad
     assert voice == "marin"
 
-    sender = asyncio.create_task(c.append_pcm(speech("weather")))
+    # Trailing silence as a microphone keeps sending it: unsure of the end, semantic_vad
+    # may wait up to 4 s (medium eagerness).
+    pcm = np.concatenate([speech("weather"), silence(3500)]).astype(np.int16)
+    sender = asyncio.create_task(c.append_pcm(pcm))
     try:
         done = (await c.until("response.done"))["response"]
         await asyncio.wait_for(sender, TIMEOUT_S)
