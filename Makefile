@@ -89,6 +89,7 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 # Voice-to-voice latency of the embedded pipeline, synthesis time against text length,
+# the end-of-turn model's cost per call,
 # turn detection per VAD backend, and capacity under load beside the floor (about
 # 9 minutes on 2 cores); tables on stdout,
 # JSON and a plot in bench/results/ (docs/performance.md).
@@ -96,6 +97,7 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.voice_to_voice
 	$(BIN)/python -m bench.tts_first_audio
+	$(BIN)/python -m bench.turn_model
 	$(BIN)/python -m bench.vad_backends
 	$(BIN)/python -m bench.load
 

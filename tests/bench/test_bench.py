@@ -38,8 +38,14 @@ def load_args(*argv: str) -> argparse.Namespace:
     return parser().parse_args(list(argv))
 
 
-def test_make_bench_runs_the_three_benchmarks_in_order() -> None:
-    assert make_bench_modules() == ["bench.voice_to_voice", "bench.vad_backends", "bench.load"]
+def test_make_bench_runs_the_benchmarks_in_order() -> None:
+    assert make_bench_modules() == [
+        "bench.voice_to_voice",
+        "bench.tts_first_audio",
+        "bench.turn_model",
+        "bench.vad_backends",
+        "bench.load",
+    ]
 
 
 def test_every_module_make_bench_runs_exists_in_this_checkout() -> None:
