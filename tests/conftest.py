@@ -9,7 +9,8 @@ cleanly when the test ends. `server` is one with the test defaults.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -23,6 +24,21 @@ from tests.support.servers import (
     bound_socket,
     serving,
 )
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """`parley serve` (server.cli.main) sets up the root logger of its process. Run
+    in-process by a test, its handler writes to that test's captured stderr, closed
+    afterwards: left in place, every later log line fails on it and slows the servers
+    of later tests by seconds. Each test leaves the root logger as it found it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture

