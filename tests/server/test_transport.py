@@ -5,6 +5,12 @@ the writer of server/realtime.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +28,9 @@ from server.realtime import (
 )
 from server.ws_protocol import ABORT_EXTENSION
 from tests.support.raw_ws import TEXT, RawWebSocket, close_code, frame, parse_frames
-from tests.support.servers import RunningServer, ServerFactory
+from tests.support.servers import ServerFactory, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # --- 1009 ------------------------------------------------------------------------------
 
@@ -143,6 +151,7 @@ def flood_without_reading(port: int) -> OSError | None:
     then reads to the end. How the connection ended: the error of the send or of
     the read (each socket error is reported once), None for an orderly close."""
     ws = RawWebSocket(port, receive_buffer=4096)
+    ws.sock.settimeout(20)  # a server that never lets go fails the test, not the run
     try:
         update = {"type": "session.update", "session": {"instructions": "x" * 60_000}}
         try:
@@ -155,21 +164,33 @@ def flood_without_reading(port: int) -> OSError | None:
         ws.close()
 
 
-async def sessions(server: RunningServer) -> int:
-    async with httpx.AsyncClient(base_url=server.http_url, trust_env=False) as http:
-        count: int = (await http.get("/healthz")).json()["sessions"]
-        return count
-
-
-async def test_a_client_that_stops_reading_is_aborted_at_the_write_deadline(
-    serve: ServerFactory,
-) -> None:
-    server = await serve(write_timeout_s=0.5)
-    # Its session ends (the outbox overflows; the 1008 close cannot be sent) and the
-    # connection is aborted, while the client is connected and not reading.
-    async with asyncio.timeout(20):
-        ended = await asyncio.to_thread(flood_without_reading, server.port)
-    # A reset, under the client's read or its last send.
-    assert isinstance(ended, ConnectionResetError | BrokenPipeError), f"not aborted: {ended!r}"
-    # The abort happens in the same step as the session's end is counted.
-    assert await sessions(server) == 0
+def test_a_client_that_stops_reading_is_aborted_at_the_write_deadline() -> None:
+    # A server process of its own: what the test process has loaded and set up by then
+    # (models, log handlers) must not change when the server gets to write.
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PARLEY_WRITE_TIMEOUT_S": "0.5"}
+    argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
+    argv += ["--executor", "scripted", "--vad-backend", "webrtc", "--log-level", "warning"]
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, "the server did not start"
+                with contextlib.suppress(httpx.TransportError):
+                    if http.get("/readyz").status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+            # Its session ends (the outbox overflows; the 1008 close cannot be sent) and
+            # the connection is aborted, while the client is connected and not reading.
+            ended = flood_without_reading(port)
+            # A reset, under the client's read or its last send.
+            assert isinstance(ended, ConnectionResetError | BrokenPipeError), (
+                f"not aborted: {ended!r}"
+            )
+            # The abort happens in the same step as the session's end is counted.
+            assert http.get("/healthz").json()["sessions"] == 0
+    finally:
+        proc.kill()
+        proc.wait(10)
