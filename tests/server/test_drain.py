@@ -9,12 +9,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,10 +20,10 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from tests.support.processes import parley_serve
 from tests.support.raw_ws import RawWebSocket
 from tests.support.servers import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 DRAIN_S = 3.0
 # From SIGTERM to exit: the drain, the grace at its deadline (END_GRACE_S, 2 s), the
 # sessions' bounded shutdown and uvicorn's (SHUTDOWN_GRACE_S, 3 s); CPU is shared.
@@ -37,36 +35,14 @@ NO_VAD = {"type": "session.update", "session": {"audio": {"input": {"turn_detect
 
 @contextmanager
 def parley(*flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`parley serve` from this checkout (workers inherit PYTHONPATH), scripted and
-    slow; yields the process and its base URL once /readyz answers 200."""
+    """`parley serve` from this checkout, scripted and slow; yields the process and its
+    base URL once /readyz answers 200."""
     port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "PARLEY_SCRIPTED_CHUNK_DELAY_S": CHUNK_DELAY_S,
-    }
-    argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
-    argv += ["--executor", "scripted", "--vad-backend", "webrtc", "--log-level", "warning"]
+    env = {**os.environ, "PARLEY_SCRIPTED_CHUNK_DELAY_S": CHUNK_DELAY_S}
+    argv = ["--executor", "scripted", "--vad-backend", "webrtc", "--log-level", "warning"]
     argv += ["--drain-timeout", str(DRAIN_S), *flags]
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(base_url=url, trust_env=False) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                try:
-                    if http.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.1)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
+    with parley_serve(port, argv, env, ready="/readyz") as proc:
+        yield proc, f"http://127.0.0.1:{port}"
 
 
 async def answer_in_flight(url: str) -> ClientConnection:

@@ -17,24 +17,11 @@ from pathlib import Path
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
+from tests.support.processes import ROOT, children, parley_serve
 from tests.support.scrape import Samples, parse, value
 from tests.support.servers import free_port
 
-ROOT = Path(__file__).resolve().parents[2]  # this checkout, for the workers to import
 DEADLINE_S = 60
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 def connections_by_process(pids: list[int], port: int) -> dict[int, int]:
@@ -77,33 +64,10 @@ def scrape(port: int) -> Samples:
 
 @contextmanager
 def two_workers(port: int) -> Iterator[subprocess.Popen[str]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PARLEY_SCRIPTED_CHUNK_DELAY_S": "0"}
-    argv = [sys.executable, "-m", "server.cli", "serve", "--workers", "2", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*argv, "--executor", "scripted", "--log-level", "warning"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-
-        def healthy() -> bool:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            try:
-                with httpx.Client(trust_env=False) as http:
-                    return http.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        until(healthy, "the workers did not start")
+    env = {**os.environ, "PARLEY_SCRIPTED_CHUNK_DELAY_S": "0"}
+    flags = ["--workers", "2", "--executor", "scripted", "--log-level", "warning"]
+    with parley_serve(port, flags, env) as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
 
 
 def open_session(port: int) -> ClientConnection:

@@ -5,12 +5,7 @@ the writer of server/realtime.py)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,10 +22,9 @@ from server.realtime import (
     ending_of,
 )
 from server.ws_protocol import ABORT_EXTENSION
+from tests.support.processes import parley_serve
 from tests.support.raw_ws import TEXT, RawWebSocket, close_code, frame, parse_frames
 from tests.support.servers import ServerFactory, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # --- 1009 ------------------------------------------------------------------------------
 
@@ -168,29 +162,15 @@ def test_a_client_that_stops_reading_is_aborted_at_the_write_deadline() -> None:
     # A server process of its own: what the test process has loaded and set up by then
     # (models, log handlers) must not change when the server gets to write.
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PARLEY_WRITE_TIMEOUT_S": "0.5"}
-    argv = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
-    argv += ["--executor", "scripted", "--vad-backend", "webrtc", "--log-level", "warning"]
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stderr=subprocess.DEVNULL)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as http:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, "the server did not start"
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get("/readyz").status_code == 200:
-                        break
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.1)
-            # Its session ends (the outbox overflows; the 1008 close cannot be sent) and
-            # the connection is aborted, while the client is connected and not reading.
-            ended = flood_without_reading(port)
-            # A reset, under the client's read or its last send.
-            assert isinstance(ended, ConnectionResetError | BrokenPipeError), (
-                f"not aborted: {ended!r}"
-            )
-            # The abort happens in the same step as the session's end is counted.
-            assert http.get("/healthz").json()["sessions"] == 0
-    finally:
-        proc.kill()
-        proc.wait(10)
+    env = {**os.environ, "PARLEY_WRITE_TIMEOUT_S": "0.5"}
+    flags = ["--executor", "scripted", "--vad-backend", "webrtc", "--log-level", "warning"]
+    with parley_serve(port, flags, env, ready="/readyz"):
+        # Its session ends (the outbox overflows; the 1008 close cannot be sent) and the
+        # connection is aborted, while the client is connected and not reading.
+        ended = flood_without_reading(port)
+        # A reset, under the client's read or its last send.
+        assert isinstance(ended, ConnectionResetError | BrokenPipeError), f"not aborted: {ended!r}"
+        # The abort happens in the same step as the session's end is counted.
+        with httpx.Client(trust_env=False) as http:
+            health = http.get(f"http://127.0.0.1:{port}/healthz").json()
+        assert health["sessions"] == 0

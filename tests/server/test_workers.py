@@ -1,17 +1,11 @@
-"""`parley serve --workers N`: several processes on one port, each with its own app.
-
-The server runs as `python -m server.cli` with this checkout first on PYTHONPATH, so
-the processes run the code under test (not an installed `parley`)."""
+"""`parley serve --workers N`: several processes on one port, each with its own app
+(run from this checkout: tests/support/processes.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +15,9 @@ from websockets.sync.client import connect
 
 from server import cli
 from server.config import Settings
+from tests.support.processes import PARLEY, ROOT, children, parley_serve
 from tests.support.servers import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-PARLEY = [sys.executable, "-m", "server.cli"]
 KEY = "sk-workers-test-key"
 
 
@@ -33,55 +26,11 @@ def parley_env(**variables: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), **variables}
 
 
-@contextmanager
-def serving(argv: list[str], env: dict[str, str], port: int) -> Iterator[subprocess.Popen[str]]:
-    """`parley serve` in its own process, once /healthz answers; stopped at the end."""
-    proc = subprocess.Popen(
-        [*PARLEY, "serve", "--port", str(port), *argv, "--log-level", "warning"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as http:
-            deadline = time.monotonic() + 120  # a safety net on a loaded machine
-            while True:
-                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                try:
-                    if http.get("/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the workers did not start"
-                time.sleep(0.2)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
 def test_two_workers_serve_sessions_and_stop() -> None:
     port = free_port()
     env = parley_env(PARLEY_SCRIPTED_CHUNK_DELAY_S="0")
     flags = ["--workers", "2", "--executor", "scripted", "--model", "from-the-flag"]
-    with serving(flags, env, port) as proc:
+    with parley_serve(port, [*flags, "--log-level", "warning"], env) as proc:
         # The supervisor's children: two workers (plus multiprocessing's helper, if any).
         assert len(children(proc.pid)) >= 2
         url = f"ws://127.0.0.1:{port}/v1/realtime"
@@ -99,7 +48,8 @@ def test_keys_minted_by_any_worker_open_sessions_on_every_worker() -> None:
     the key's preset; and opens again (keys are not used up)."""
     port = free_port()
     env = parley_env(PARLEY_API_KEYS=KEY)
-    with serving(["--workers", "2", "--executor", "scripted"], env, port):
+    flags = ["--workers", "2", "--executor", "scripted", "--log-level", "warning"]
+    with parley_serve(port, flags, env):
         values = []
         for n in range(10):
             # A connection per request, so that the workers share the minting.
