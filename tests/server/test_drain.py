@@ -21,7 +21,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.support.processes import parley_serve
-from tests.support.raw_ws import RawWebSocket
+from tests.support.raw_ws import RawWebSocket, close_code, parse_frames
 from tests.support.servers import free_port
 
 DRAIN_S = 3.0
@@ -84,19 +84,9 @@ def stall(port: int, flooded: threading.Event) -> OSError | int | None:
             flooded.set()
         ws.sock.settimeout(30)
         data, error = ws.read_to_end()
-        return error or closing_code(data)
+        return error or close_code(parse_frames(data))
     finally:
         ws.close()
-
-
-def closing_code(data: bytes) -> int | None:
-    """The code of the close frame that ends `data` (a server's frames are unmasked;
-    a close frame's payload is at most 125 bytes), or None."""
-    for reason_len in range(124):
-        start = len(data) - 4 - reason_len
-        if start >= 0 and data[start] == 0x88 and data[start + 1] == 2 + reason_len:
-            return int.from_bytes(data[start + 2 : start + 4], "big")
-    return None
 
 
 async def wait_for(predicate: Any, timeout_s: float = 10) -> None:

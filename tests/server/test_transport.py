@@ -139,11 +139,12 @@ async def test_ending_of_each_way_a_connection_ends() -> None:
 # --- the write deadline, end to end ----------------------------------------------------
 
 
-def flood_without_reading(port: int) -> OSError | None:
+def flood_without_reading(port: int) -> OSError | int | None:
     """A client with a tiny receive window that asks for ~12 MB of echoes and does
     not read them until it has sent them all (or the server ended the connection);
     then reads to the end. How the connection ended: the error of the send or of
-    the read (each socket error is reported once), None for an orderly close."""
+    the read (each socket error is reported once), else the code of the close frame
+    it read (None: none)."""
     ws = RawWebSocket(port, receive_buffer=4096)
     ws.sock.settimeout(20)  # a server that never lets go fails the test, not the run
     try:
@@ -153,7 +154,8 @@ def flood_without_reading(port: int) -> OSError | None:
                 ws.send(update)
         except OSError as exc:
             return exc
-        return ws.read_to_end()[1]
+        data, error = ws.read_to_end()
+        return error or close_code(parse_frames(data))
     finally:
         ws.close()
 
@@ -165,11 +167,14 @@ def test_a_client_that_stops_reading_is_aborted_at_the_write_deadline() -> None:
     env = {**os.environ, "PARLEY_WRITE_TIMEOUT_S": "0.5"}
     flags = ["--executor", "scripted", "--vad-backend", "webrtc", "--log-level", "warning"]
     with parley_serve(port, flags, env, ready="/readyz"):
-        # Its session ends (the outbox overflows; the 1008 close cannot be sent) and the
-        # connection is aborted, while the client is connected and not reading.
+        # Its session ends while the client is connected and not reading: the
+        # connection is aborted (a reset, under the client's read or its last send),
+        # or, when what was queued for it still fit in the socket buffers as the outbox
+        # overflowed, closed with 1008, which the client sees once it reads.
         ended = flood_without_reading(port)
-        # A reset, under the client's read or its last send.
-        assert isinstance(ended, ConnectionResetError | BrokenPipeError), f"not aborted: {ended!r}"
+        assert isinstance(ended, ConnectionResetError | BrokenPipeError) or ended == 1008, (
+            f"not let go: {ended!r}"
+        )
         # The abort happens in the same step as the session's end is counted.
         with httpx.Client(trust_env=False) as http:
             health = http.get(f"http://127.0.0.1:{port}/healthz").json()
