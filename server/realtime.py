@@ -242,6 +242,10 @@ class RealtimeEndpoint:
                 {runner, writer, reader}, return_when=asyncio.FIRST_COMPLETED
             )
             ending = ending_of(runner, writer, done)
+            if ending.code == CLOSE_INTERNAL:
+                for task in done:
+                    if not task.cancelled() and task.exception() is not None:
+                        log.error("%s failed", task.get_name(), exc_info=task.exception())
             if ending.code == CLOSE_GOING_AWAY and writer not in done:
                 # The session's last events (response.done, …) are in the outbox,
                 # which it closed: the writer ends once they are sent (or the
