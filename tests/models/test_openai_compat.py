@@ -198,9 +198,12 @@ async def test_sessions_stick_to_one_backend_and_spread_over_all(fake: FakeOpenA
                 await collect(ex, prompt(f"{session}{turn:06d}", audio=False))
     finally:
         await ex.aclose()
+    # A request retried elsewhere (a backend slow to accept on a loaded machine) has
+    # moved on purpose: stickiness is what each session's first attempts chose.
     by_session: dict[str, set[str]] = {}
     for rid, url in ex.stats.chosen.items():
-        by_session.setdefault(session_key(rid), set()).add(url)
+        if ex.stats.attempts[rid] == 1:
+            by_session.setdefault(session_key(rid), set()).add(url)
     assert len(by_session) == 12 and all(len(u) == 1 for u in by_session.values())
     assert {next(iter(u)) for u in by_session.values()} == set(urls)
 
