@@ -41,10 +41,32 @@ CANDIDATE_PAUSE_MS = 200
 CONFIDENT_PROBABILITY = 0.5
 # Silence that ends a turn the model is confident about, per eagerness.
 CONFIDENT_SILENCE_MS: dict[str, int] = {"low": 300, "medium": 250, "high": 200}
+# While unsure, the pause is scored again after this much more silence (None: never).
+RESCORE_MS: int | None = None
 # OpenAI's maximum waits: a pause this long always ends the turn.
 MAX_WAIT_MS: dict[str, int] = {"low": 8000, "medium": 4000, "high": 2000}
 # No model, or it could not score: server_vad's default silence.
 FALLBACK_SILENCE_MS = 500
+
+
+@dataclass(frozen=True)
+class TurnCurve:
+    """How a pause's score becomes the silence that ends the turn: the constants
+    above as one value, so an evaluation can try others (bench/turns/sweep.py)."""
+
+    candidate_pause_ms: int = CANDIDATE_PAUSE_MS
+    confident_probability: float = CONFIDENT_PROBABILITY
+    confident_silence_ms: tuple[tuple[str, int], ...] = tuple(CONFIDENT_SILENCE_MS.items())
+    # While the model is unsure, score the pause again after this much more silence
+    # (its score rises as the silence grows); None: once per pause.
+    rescore_ms: int | None = RESCORE_MS
+
+    def confident_silence(self, eagerness: str) -> int:
+        return dict(self.confident_silence_ms)[eagerness]
+
+
+DEFAULT_CURVE = TurnCurve()
+NEVER = 1 << 30  # ms of silence
 
 
 def effective_eagerness(eagerness: Eagerness) -> str:
@@ -55,18 +77,20 @@ def max_wait_ms(eagerness: Eagerness) -> int:
     return MAX_WAIT_MS[effective_eagerness(eagerness)]
 
 
-def silence_needed_ms(eagerness: Eagerness, probability: float | None) -> int:
+def silence_needed_ms(
+    eagerness: Eagerness, probability: float | None, curve: TurnCurve = DEFAULT_CURVE
+) -> int:
     """Silence (from the end of speech) that ends the turn, given the model's
     probability that the user has finished: short when confident, scaled up
     linearly to the maximum wait as the probability falls to 0."""
     cap = max_wait_ms(eagerness)
     if probability is None:
         return min(FALLBACK_SILENCE_MS, cap)
-    short = CONFIDENT_SILENCE_MS[effective_eagerness(eagerness)]
+    short = curve.confident_silence(effective_eagerness(eagerness))
     p = min(max(probability, 0.0), 1.0)
-    if p >= CONFIDENT_PROBABILITY:
+    if p >= curve.confident_probability:
         return short
-    doubt = 1.0 - p / CONFIDENT_PROBABILITY  # 0 at the confident line, 1 at p = 0
+    doubt = 1.0 - p / curve.confident_probability  # 0 at the confident line, 1 at p = 0
     return min(cap, round(short + (cap - short) * doubt))
 
 
@@ -90,17 +114,22 @@ def turn_audio(pcm: npt.NDArray[np.int16], rate: int) -> npt.NDArray[np.int16]:
 class SemanticTurnDetector(TurnDetector):
     """TurnDetector whose silence window is set per pause by the model's score.
 
-    Each pause (a run of silence inside a turn) gets a new id when it becomes a
-    candidate; a score for any other id is stale and ignored. With `scoring`
+    A pause (a run of silence inside a turn) becomes a candidate after
+    `candidate_pause_ms`, and again every `rescore_ms` while the model is unsure;
+    each candidate gets a new id, and a score for any other id is stale and ignored. With `scoring`
     off (no model) every pause ends after `silence_needed_ms(e, None)`.
     """
 
-    def __init__(self, params: SemanticVadParams, *, scoring: bool = True) -> None:
+    def __init__(
+        self, params: SemanticVadParams, *, scoring: bool = True, curve: TurnCurve = DEFAULT_CURVE
+    ) -> None:
         super().__init__(params)
         self.eagerness: Eagerness = params.eagerness
         self.scoring = scoring
+        self.curve = curve
         self._pause_id = 0
         self._candidate: int | None = None  # id of the pause being scored
+        self._next_score_ms = curve.candidate_pause_ms  # silence that raises the next one
         self._needed_ms = self._initial_needed()
         self._last_end_ms = 0
 
@@ -115,8 +144,11 @@ class SemanticTurnDetector(TurnDetector):
         if pause_id != self._candidate or not self.in_speech or self._silence_ms is None:
             return None  # stale: speech resumed, or the turn ended meanwhile
         self._candidate = None
-        self._needed_ms = silence_needed_ms(self.eagerness, probability)
+        self._needed_ms = silence_needed_ms(self.eagerness, probability, self.curve)
         if self._silence_ms < self._needed_ms:
+            rescore = self.curve.rescore_ms
+            if rescore is not None:
+                self._next_score_ms = self._silence_ms + rescore
             return None
         end = self._last_end_ms
         self.reset(end)
@@ -134,6 +166,7 @@ class SemanticTurnDetector(TurnDetector):
     def _end_pause(self) -> None:
         self._candidate = None
         self._needed_ms = self._initial_needed()
+        self._next_score_ms = self.curve.candidate_pause_ms
 
     def _speech_step(self, frame: FrameScore) -> SpeechStopped | PauseCandidate | None:
         self._last_end_ms = frame.end_ms
@@ -150,7 +183,8 @@ class SemanticTurnDetector(TurnDetector):
         if self._silence_ms >= self._needed_ms:
             self.reset(frame.end_ms)
             return SpeechStopped(audio_end_ms=frame.end_ms)
-        if self.scoring and before < CANDIDATE_PAUSE_MS <= self._silence_ms:
+        if self.scoring and self._candidate is None and self._silence_ms >= self._next_score_ms:
+            self._next_score_ms = NEVER  # until this one is decided
             self._pause_id += 1
             self._candidate = self._pause_id
             return PauseCandidate(pause_id=self._pause_id, audio_end_ms=frame.end_ms)

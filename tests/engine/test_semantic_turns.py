@@ -15,6 +15,7 @@ from engine.semantic_turns import (
     MAX_WAIT_MS,
     SemanticTurnDetector,
     SemanticVadParams,
+    TurnCurve,
     max_wait_ms,
     silence_needed_ms,
     turn_audio,
@@ -185,3 +186,28 @@ def test_reset_makes_a_pending_score_stale() -> None:
     det.reset(t + CANDIDATE_PAUSE_MS)
     assert det.pending_pause is None
     assert det.decide(1, 1.0) is None
+
+
+def test_an_unsure_pause_is_scored_again_as_the_silence_grows() -> None:
+    curve = TurnCurve(candidate_pause_ms=200, rescore_ms=200)
+    det = SemanticTurnDetector(SemanticVadParams(eagerness="auto"), curve=curve)
+    t = speak(det)
+    assert quiet(det, 200, t) == [PauseCandidate(pause_id=1, audio_end_ms=t + 200)]
+    # No second candidate while the first is being scored.
+    assert quiet(det, 300, t + 200) == []
+    assert det.decide(1, 0.1) is None  # unsure: a long wait, and a rescore 200 ms on
+    assert quiet(det, 180, t + 500) == []
+    assert quiet(det, 20, t + 680) == [PauseCandidate(pause_id=2, audio_end_ms=t + 700)]
+    stop = det.decide(2, 0.9)  # surer with more silence: ends now
+    assert stop == SpeechStopped(audio_end_ms=t + 700)
+    # A new turn starts its pauses from the first candidate again.
+    t = speak(det, start_ms=t + 700)
+    assert quiet(det, 200, t) == [PauseCandidate(pause_id=3, audio_end_ms=t + 200)]
+
+
+def test_without_rescoring_a_pause_is_scored_once() -> None:
+    det = SemanticTurnDetector(SemanticVadParams(), curve=TurnCurve(rescore_ms=None))
+    t = speak(det)
+    quiet(det, CANDIDATE_PAUSE_MS, t)
+    assert det.decide(1, 0.1) is None
+    assert quiet(det, 1000, t + CANDIDATE_PAUSE_MS) == []
