@@ -60,6 +60,7 @@ from engine.session_config import (
     to_wire,
     unhonoured,
 )
+from engine.speculation import Speculation, Step, speculation_step
 from engine.transcription import InputTranscription, TranscriptionFinished
 from engine.turns import (
     PauseCandidate,
@@ -153,6 +154,7 @@ class Session:
         # result is used only if it answers this request: a cancelled one may have
         # posted already, and pause ids restart with a new detector.
         self._scoring: tuple[int, int, asyncio.Task[None]] | None = None
+        self.speculation = Speculation(executor)
         self._score_requests = 0
         self.executor = executor
         self.ids = Ids()
@@ -399,6 +401,7 @@ class Session:
         for turn_event in detector.feed(frames):
             await self._on_turn_event(turn_event, event.received_at)
         self._drop_stale_score()
+        self._speculate()
         if not detector.in_speech:
             self._check_idle_timeout()
             # Idle: keep only what a future turn's prefix padding can reach.
@@ -497,6 +500,19 @@ class Session:
         if pending != self._scoring[1]:
             self._cancel_score()
 
+    # --- speculative work during a pause (engine/speculation.py) -------------------------
+
+    def _speculate(self) -> None:
+        detector = self.detector
+        pause_ms = detector.pause_ms if detector is not None else None
+        step = speculation_step(pause_ms, self.speculation.item_id is not None)
+        if step is Step.DISCARD:
+            self.speculation.discard()
+        elif step is Step.BEGIN and self._speech is not None:
+            item_id, start = self._speech
+            audio = self.buffer.copy(start, self.buffer.end)
+            self.speculation.begin(PromptItem(item_id, "user", audio=audio, rate=PCM_RATE))
+
     def _cancel_score(self) -> None:
         if self._scoring is not None:
             self._scoring[2].cancel()
@@ -556,6 +572,7 @@ class Session:
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
         turn = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
+        self.speculation.committed(item_id)
         # Closing a committed turn makes this preparation response-bound: no response
         # may start before the model has the turn.
         self.prepares.submit(
@@ -577,6 +594,7 @@ class Session:
 
     def _reset_turn_detection(self) -> None:
         self._cancel_score()
+        self.speculation.discard()
         if self.detector is not None:
             self.vad.reset()
             self.detector.reset(self.buffer.pos_to_ms(self.buffer.end))
@@ -626,6 +644,7 @@ class Session:
             self.decoder = decoder
         if vad_changed:
             self._cancel_score()
+            self.speculation.discard()
             self._speech = None
             self.vad.reset()
             self.detector = detector
@@ -671,6 +690,7 @@ class Session:
         """The connection is gone: stop the model and every task, bounded."""
         await self.responder.shutdown()
         self._cancel_score()
+        self.speculation.discard()
         self.transcription.cancel_all()
         await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()

@@ -118,6 +118,11 @@ class TurnDetector:
         return self._in_speech
 
     @property
+    def pause_ms(self) -> int | None:
+        """Silence so far in the turn in progress; None outside a pause."""
+        return self._silence_ms if self._in_speech else None
+
+    @property
     def floor_ms(self) -> int:
         return self._floor_ms
 

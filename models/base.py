@@ -104,6 +104,17 @@ class Executor(ABC):
     async def prepare(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
         """Work on a committed user turn before a response needs it."""
 
+    def speculate(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
+        """Begin work on a user turn that is not committed yet: the session calls it
+        at a pause that may end the turn. Never emits anything; if the turn then
+        commits with no more speech, `prepare` (and `transcribe`) of the committed
+        item, which has the same id, may use the work; if the user goes on, the
+        session calls `discard_speculation`."""
+
+    def discard_speculation(self, item_id: str) -> None:  # noqa: B027 - optional hook
+        """Throw away `speculate`'s work on `item_id`: the turn went on, or was
+        dropped."""
+
     @abstractmethod
     def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         """Stream the response to `prompt`; stops early once aborted. The engine

@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 from models.base import Executor, ExecutorStats, OutputChunk, PromptItem
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
-from models.speech.transcripts import Transcripts
+from models.speech.transcripts import SpeculationStats, Transcripts
 
 # Request ids aborted before they started, remembered so they never start.
 EARLY_ABORTS = 1024
@@ -53,6 +53,17 @@ class TextThenSpeechExecutor(Executor, Generic[R]):
     async def prepare(self, item: PromptItem) -> None:
         if item.role == "user" and item.text is None:
             self.transcripts.start(item)  # for history and the client; never awaited here
+
+    def speculate(self, item: PromptItem) -> None:
+        if item.role == "user" and item.text is None:
+            self.transcripts.speculate(item)
+
+    def discard_speculation(self, item_id: str) -> None:
+        self.transcripts.discard(item_id)
+
+    @property
+    def speculation(self) -> SpeculationStats:
+        return self.transcripts.speculation
 
     async def transcribe(self, item: PromptItem) -> str | None:
         return await self.transcripts.get(item)

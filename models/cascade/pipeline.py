@@ -29,7 +29,7 @@ from models.cascade.text import ChatMessage, chat_messages
 from models.speech.asr import SpeechRecognizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, SpeakOutcome, speak_text
-from models.speech.transcripts import Transcripts
+from models.speech.transcripts import SpeculationStats, Transcripts
 from models.speech.tts import Synthesizer
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,17 @@ class CascadeExecutor(Executor):
         """The item's text, recognized once however many callers ask at once (the
         turn's preparation and the client's input transcription); "" without audio."""
         return await self.transcripts.get(item) or ""
+
+    def speculate(self, item: PromptItem) -> None:
+        if item.role == "user" and item.text is None:
+            self.transcripts.speculate(item)
+
+    def discard_speculation(self, item_id: str) -> None:
+        self.transcripts.discard(item_id)
+
+    @property
+    def speculation(self) -> SpeculationStats:
+        return self.transcripts.speculation
 
     def _recognized(self, item_id: str) -> None:
         self.stats.transcribed += 1

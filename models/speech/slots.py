@@ -17,6 +17,11 @@ class StageSlots:
     queued: int = 0
     _sem: asyncio.Semaphore | None = None
 
+    @property
+    def idle(self) -> bool:
+        """No call in the stage and none waiting."""
+        return self.queued == 0 and (self._sem is None or not self._sem.locked())
+
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         if self._sem is None:

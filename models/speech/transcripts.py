@@ -1,16 +1,39 @@
 """The text of user audio turns: Parley's own recognizer, run once per item however
 many callers ask (the turn's preparation, the client's transcription events, a
-response), kept in a bounded cache for later prompts."""
+response), kept in a bounded cache for later prompts.
+
+A turn can be recognized speculatively before it is committed (`speculate`, at a
+pause that may end it): when the turn then commits with no more speech, its
+recognition adopts that work instead of starting from the beginning; when the user
+goes on, the session discards it (`discard`). Speculation only ever uses an idle
+recognizer, so it never delays a committed turn's recognition.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from models.base import PromptItem
 from models.speech.asr import SpeechRecognizer
 from models.speech.slots import StageSlots
+
+
+@dataclass
+class SpeculationStats:
+    started: int = 0  # speculative recognitions begun
+    used: int = 0  # adopted by the committed turn
+    discarded: int = 0  # thrown away: the user went on, or the turn was dropped
+    skipped_busy: int = 0  # not begun: the recognizer was busy
+    wasted_audio_s: float = 0.0  # audio of the discarded ones
+
+
+@dataclass
+class _Speculative:
+    task: asyncio.Task[str]
+    audio_s: float
 
 
 class Transcripts:
@@ -33,6 +56,9 @@ class Transcripts:
         self._running: dict[str, asyncio.Task[str]] = {}
         self._cache = cache
         self._on_recognized = on_recognized  # item id, after audio was recognized
+        self._speculative: dict[str, _Speculative] = {}
+        self._abandoned: set[asyncio.Task[str]] = set()  # discarded, still running
+        self.speculation = SpeculationStats()
 
     @property
     def known(self) -> Mapping[str, str]:
@@ -44,7 +70,11 @@ class Transcripts:
             return None
         task = self._running.get(item.id)
         if task is None:
-            task = asyncio.get_running_loop().create_task(self._recognize(item))
+            spec = self._speculative.pop(item.id, None)
+            if spec is not None:
+                self.speculation.used += 1
+            work = self._recognize(item) if spec is None else self._adopt(item, spec.task)
+            task = asyncio.get_running_loop().create_task(work)
             self._running[item.id] = task
             task.add_done_callback(lambda _: self._running.pop(item.id, None))
         return task
@@ -56,20 +86,78 @@ class Transcripts:
         task = self.start(item)
         return None if task is None else await asyncio.shield(task)
 
+    def speculate(self, item: PromptItem) -> bool:
+        """Begin recognizing a turn that is not committed yet, if the recognizer is
+        idle; replaces an earlier speculation on the same item. Whether it began."""
+        if self.recognizer is None or item.audio is None or not len(item.audio):
+            return False
+        if item.id in self._done or item.id in self._running:
+            return False
+        if not self.slot.idle:
+            self.speculation.skipped_busy += 1
+            return False
+        self.discard(item.id)
+        task = asyncio.get_running_loop().create_task(self._hear(item))
+        self._speculative[item.id] = _Speculative(task, len(item.audio) / item.rate)
+        self.speculation.started += 1
+        return True
+
+    def discard(self, item_id: str) -> None:
+        """Drop the speculative recognition of `item_id`, if any. A recognition
+        already in the recognizer runs to its end (it cannot be interrupted) and
+        holds its slot; its text is ignored."""
+        spec = self._speculative.pop(item_id, None)
+        if spec is None:
+            return
+        self.speculation.discarded += 1
+        self.speculation.wasted_audio_s += spec.audio_s
+        if not spec.task.done():
+            self._abandoned.add(spec.task)
+            spec.task.add_done_callback(self._abandoned.discard)
+        spec.task.add_done_callback(_consume)
+
+    async def _hear(self, item: PromptItem) -> str:
+        assert self.recognizer is not None and item.audio is not None
+        async with self.slot.slot():
+            return await asyncio.to_thread(self.recognizer.transcribe, item.audio, item.rate)
+
     async def _recognize(self, item: PromptItem) -> str:
         assert self.recognizer is not None and item.audio is not None
         text = ""
         if len(item.audio):
-            async with self.slot.slot():
-                text = await asyncio.to_thread(self.recognizer.transcribe, item.audio, item.rate)
+            text = await self._hear(item)
             if self._on_recognized is not None:
                 self._on_recognized(item.id)
-        self._done[item.id] = text
+        return self._keep(item.id, text)
+
+    async def _adopt(self, item: PromptItem, speculative: asyncio.Task[str]) -> str:
+        """The committed turn's text from its speculative recognition: the same speech,
+        with at most some silence after it; recognized afresh if that failed."""
+        try:
+            text = await speculative
+        except Exception:
+            return await self._recognize(item)
+        if self._on_recognized is not None:
+            self._on_recognized(item.id)
+        return self._keep(item.id, text)
+
+    def _keep(self, item_id: str, text: str) -> str:
+        self._done[item_id] = text
         while len(self._done) > self._cache:
             self._done.popitem(last=False)
         return text
 
     async def aclose(self) -> None:
-        for task in list(self._running.values()):
+        for item_id in list(self._speculative):
+            self.discard(item_id)
+        tasks = [*self._running.values(), *self._abandoned]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _consume(task: asyncio.Task[str]) -> None:
+    """Retrieve a discarded speculation's outcome, so a failure is not reported as
+    never retrieved."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,61 @@
+"""Speculative work during a pause: the model begins on the turn so far before the
+turn is committed, so its answer starts sooner when the pause does end the turn.
+
+The decision is `speculation_step`, pure; `Speculation` holds the one turn (item id)
+a session speculates on and tells the executor (`Executor.speculate`,
+`discard_speculation`). Nothing is emitted and no gate changes: speculative work is
+not a response, and the committed turn, which has the speculated item's id, picks it
+up through the executor's `prepare` as any committed turn does.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from models.base import Executor, PromptItem
+
+# Silence in a turn after which the model begins on it: about where semantic_vad
+# first scores a pause (CANDIDATE_PAUSE_MS); server_vad's 500 ms window then still
+# has 300 ms to run.
+SPECULATE_AFTER_MS = 200
+
+
+class Step(Enum):
+    BEGIN = "begin"
+    DISCARD = "discard"
+
+
+def speculation_step(pause_ms: int | None, speculating: bool) -> Step | None:
+    """What to do after the detector took a batch of frames: `pause_ms` is the
+    silence so far in the turn in progress (None: in speech, or no turn)."""
+    if speculating:
+        return Step.DISCARD if pause_ms is None else None  # the user went on
+    if pause_ms is not None and pause_ms >= SPECULATE_AFTER_MS:
+        return Step.BEGIN
+    return None
+
+
+class Speculation:
+    """The turn a session speculates on (at most one)."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.item_id: str | None = None
+
+    def begin(self, item: PromptItem) -> None:
+        self.discard()
+        self.item_id = item.id
+        self.executor.speculate(item)
+
+    def discard(self) -> None:
+        if self.item_id is not None:
+            self.executor.discard_speculation(self.item_id)
+            self.item_id = None
+
+    def committed(self, item_id: str) -> None:
+        """`item_id` was committed: work on it is the committed turn's now; work on
+        any other turn is stale."""
+        if self.item_id == item_id:
+            self.item_id = None
+        else:
+            self.discard()

@@ -1,0 +1,162 @@
+"""Speculative work during a pause: the pure step, the session's calls into the
+executor, and the transcript cache adopting (or dropping) what was begun."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from bench.speech import load_wav, silence
+from engine.speculation import SPECULATE_AFTER_MS, Step, speculation_step
+from models.base import PromptItem
+from models.scripted import ScriptedExecutor
+from models.speech.slots import StageSlots
+from models.speech.transcripts import Transcripts
+from tests.support.audio import append_chunked
+from tests.support.harness import Harness
+
+# --- the step ---------------------------------------------------------------------------
+
+
+def test_begins_once_the_pause_is_long_enough() -> None:
+    assert speculation_step(None, speculating=False) is None
+    assert speculation_step(SPECULATE_AFTER_MS - 20, speculating=False) is None
+    assert speculation_step(SPECULATE_AFTER_MS, speculating=False) is Step.BEGIN
+
+
+def test_discards_when_the_user_goes_on_and_keeps_through_the_pause() -> None:
+    assert speculation_step(SPECULATE_AFTER_MS + 300, speculating=True) is None
+    assert speculation_step(None, speculating=True) is Step.DISCARD
+
+
+# --- the session ------------------------------------------------------------------------
+
+
+class Recording(ScriptedExecutor):
+    """The scripted executor, recording the speculation hooks and preparations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str, int]] = []  # (hook, item id, samples)
+
+    def speculate(self, item: PromptItem) -> None:
+        assert item.audio is not None
+        self.calls.append(("speculate", item.id, len(item.audio)))
+
+    def discard_speculation(self, item_id: str) -> None:
+        self.calls.append(("discard", item_id, 0))
+
+    async def prepare(self, item: PromptItem) -> None:
+        assert item.audio is not None
+        self.calls.append(("prepare", item.id, len(item.audio)))
+        await super().prepare(item)
+
+
+async def test_a_pause_the_user_speaks_through_is_discarded_and_the_final_one_used() -> None:
+    executor = Recording()
+    async with Harness(executor) as h:
+        speech = load_wav("weather")
+        # A 350 ms pause (under server_vad's 500 ms window) inside one turn, then the end.
+        pcm = np.concatenate([silence(300), speech, silence(350), speech, silence(900)])
+        await append_chunked(h, pcm)
+        await h.settle()
+        [committed] = h.of("input_audio_buffer.committed")
+        item_id = committed["item_id"]
+        calls = executor.calls
+        hooks = [hook for hook, _, _ in calls]
+        # Every call is about the one turn.
+        assert {i for _, i, _ in calls} == {item_id}
+        # The pause inside the turn was speculated on, then discarded when speech went on.
+        first = hooks.index("speculate")
+        assert "discard" in hooks[first:]
+        # The last speculation began in the final pause and is the committed turn's now:
+        # nothing discards it, and the turn prepared is that audio plus silence.
+        last = len(hooks) - 1 - hooks[::-1].index("speculate")
+        assert hooks[last + 1 :] == ["prepare"]
+        speculated, prepared = calls[last][2], calls[-1][2]
+        assert len(speech) * 2 < speculated <= prepared
+
+
+async def test_clearing_the_buffer_discards_the_speculation() -> None:
+    executor = Recording()
+    async with Harness(executor) as h:
+        await append_chunked(h, np.concatenate([silence(300), load_wav("weather"), silence(300)]))
+        await h.settle()
+        assert [hook for hook, _, _ in executor.calls] == ["speculate"]
+        await h.send({"type": "input_audio_buffer.clear"})
+        await h.settle()
+        assert [hook for hook, _, _ in executor.calls] == ["speculate", "discard"]
+        assert h.of("input_audio_buffer.committed") == []
+
+
+# --- the transcript cache ---------------------------------------------------------------
+
+
+class GatedRecognizer:
+    """Transcribes to the length of its input; each call waits until released."""
+
+    def __init__(self) -> None:
+        self.heard: list[int] = []
+        self.release = threading.Event()
+
+    def transcribe(self, pcm: npt.NDArray[np.int16], rate: int) -> str:
+        self.heard.append(len(pcm))
+        assert self.release.wait(10)
+        return f"{len(pcm)} samples"
+
+
+def item(samples: int, item_id: str = "item_1") -> PromptItem:
+    return PromptItem(item_id, "user", audio=np.ones(samples, dtype=np.int16), rate=24_000)
+
+
+async def steps(n: int = 5) -> None:
+    """Let the created tasks run their first steps (a recognition takes its slot)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_the_committed_turn_adopts_the_speculation() -> None:
+    asr = GatedRecognizer()
+    transcripts = Transcripts(asr, StageSlots("asr", 1))
+    assert transcripts.speculate(item(4800))
+    asr.release.set()
+    # Committed with more (silent) audio after the pause: one recognition, of the pause.
+    text = await transcripts.get(item(6000))
+    assert text == "4800 samples"
+    assert asr.heard == [4800]
+    assert transcripts.known["item_1"] == "4800 samples"
+    stats = transcripts.speculation
+    assert (stats.started, stats.used, stats.discarded) == (1, 1, 0)
+    await transcripts.aclose()
+
+
+async def test_a_discarded_speculation_is_never_used() -> None:
+    asr = GatedRecognizer()
+    asr.release.set()
+    transcripts = Transcripts(asr, StageSlots("asr", 1))
+    assert transcripts.speculate(item(4800))
+    transcripts.discard("item_1")
+    assert await transcripts.get(item(9600)) == "9600 samples"
+    assert "item_1" in transcripts.known
+    stats = transcripts.speculation
+    assert (stats.started, stats.used, stats.discarded) == (1, 0, 1)
+    assert stats.wasted_audio_s == pytest.approx(0.2)
+    await transcripts.aclose()
+
+
+async def test_speculation_never_waits_for_a_busy_recognizer() -> None:
+    asr = GatedRecognizer()
+    transcripts = Transcripts(asr, StageSlots("asr", 1))
+    committed = transcripts.start(item(2400, "item_0"))
+    assert committed is not None
+    await steps()  # item_0 holds the recognizer
+    assert not transcripts.speculate(item(4800))
+    assert transcripts.speculation.skipped_busy == 1
+    asr.release.set()
+    assert await committed == "2400 samples"
+    assert transcripts.speculate(item(4800))
+    await transcripts.aclose()
