@@ -164,7 +164,7 @@ def cascade_kit(models: CascadeModels) -> Kit:
     async def stopped(rid: str, h: Harness) -> None:
         await h.wait_until(lambda: not ex.running(rid))  # within one token
 
-    return Kit(ex, hold, first_sentence, free, fail, lambda: llm.calls, stopped)
+    return Kit(ex, hold, first_sentence, free, fail, lambda: llm.calls, stopped, recognizes=True)
 
 
 # --- vllm (fake engine) ----------------------------------------------------------------

@@ -33,6 +33,7 @@ class Kit:
     # Returns once that request is stopped at the model (waits on `Harness.wait_until`).
     stopped: Callable[[str, Harness], Awaitable[None]]
     failure_text: str = FAILURE
+    recognizes: bool = False  # the executor runs Parley's speech recognizer
 
 
 def done(h: Harness) -> list[dict[str, Any]]:
@@ -57,6 +58,11 @@ async def a_turn_is_answered_in_speech(kit: Kit) -> None:
         assert response["output"][0]["content"][0]["transcript"].strip()
         assert kit.requests() == 1
         assert not h.errors()
+        # An executor with Parley's recognizer began on the turn in its final pause, and
+        # the committed turn used that recognition rather than running another.
+        speculation = getattr(kit.executor, "speculation", None)
+        if speculation is not None and kit.recognizes:
+            assert (speculation.started, speculation.used) == (1, 1), speculation
 
 
 async def barge_in_mid_stream_aborts_the_model(kit: Kit) -> None:
