@@ -1,8 +1,10 @@
 """A server for bench/load, with probes: Parley (`parley serve --executor scripted`
 as the CLI builds it) or one of the floors (bench/floors.py).
 
-Run by bench/load as its own process:
+Run by bench/load (and bench/voice_to_voice, with the embedded cascade) as its own
+process:
   python -m bench.probed_server parley --port P [--vad-backend silero|webrtc]
+      [--executor scripted|cascade]
   python -m bench.probed_server echo|vad --port P
 
 Every server gets the same uvicorn options as `parley serve` (server/cli.py's
@@ -10,6 +12,13 @@ uvicorn_config) and the default asyncio loop, plus:
 
 - an event-loop lag probe: a task that sleeps 10 ms and records how late it wakes;
 - `GET /bench/stats?reset=1`: the samples gathered since the last reset, in ms.
+
+Parley also serves `GET /bench/executor?items=ID,...`: the executor's stats (its
+marks are time.monotonic(), CLOCK_MONOTONIC, the same clock in every process on the
+machine, so a client can set them beside its own times), the transcripts of the
+user items named, its `speculation` stats when it has them, and whether the
+end-of-turn model (semantic_vad) is loaded. Its end-of-turn model is timed:
+`score_ms`, each scoring call from its request to its answer (queue included).
 
 Parley also gets two timestamps from an engine observer (engine/observer.py, the
 interface metrics will use; nothing is patched):
@@ -27,14 +36,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import uvicorn
 from fastapi import FastAPI
 
+from engine.end_of_turn import EndOfTurnModel
 from engine.observer import Observer, ResponseStatus
 
 MAX_SAMPLES = 200_000  # per list, between resets (the runs are short)
@@ -48,6 +61,7 @@ class Probes:
             "delta_ms": [],
             "stop_ms": [],
             "gc_ms": [],  # pauses of the cyclic garbage collector's full (oldest) collections
+            "score_ms": [],  # semantic_vad: end-of-turn model calls, queue included
         }
         self._gc_start = 0.0
         gc.callbacks.append(self._on_gc)
@@ -119,6 +133,45 @@ class ProbeObserver(Observer):
             self.probes.add("stop_ms", (time.monotonic() - frame_received) * 1000)
 
 
+class TimedEndOfTurn:
+    """The server's end-of-turn model, each call timed into `score_ms`."""
+
+    def __init__(self, model: EndOfTurnModel, probes: Probes) -> None:
+        self.model, self.probes = model, probes
+
+    async def probability(self, pcm: npt.NDArray[np.int16]) -> float | None:
+        t0 = time.monotonic()
+        try:
+            return await self.model.probability(pcm)
+        finally:
+            self.probes.add("score_ms", (time.monotonic() - t0) * 1000)
+
+
+def as_json(value: object) -> Any:
+    """A dataclass instance as a dict; anything else as it is, or None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value if isinstance(value, int | float | str | dict | list) else None
+
+
+def add_executor_route(app: FastAPI) -> None:
+    endpoint = app.state.endpoint
+
+    @app.get("/bench/executor")
+    async def executor_stats(items: str = "") -> dict[str, Any]:
+        executor = endpoint.executor
+        transcript = getattr(executor, "transcript", None)
+        ids = [i for i in items.split(",") if i]
+        return {
+            "name": executor.name,
+            "stats": as_json(executor.stats),
+            "transcripts": {i: transcript(i) for i in ids} if callable(transcript) else {},
+            # Speculative transcription, where the executor keeps such counts.
+            "speculation": as_json(getattr(executor, "speculation", None)),
+            "end_of_turn": endpoint.end_of_turn is not None,
+        }
+
+
 def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
     from server.app import create_app
     from server.cli import uvicorn_options
@@ -127,14 +180,18 @@ def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
     settings = Settings(
         host="127.0.0.1",
         port=args.port,
-        executor="scripted",
+        executor=args.executor,
         scripted_chunk_delay_s=args.chunk_delay_s,
         scripted_chunk_ms=args.chunk_ms,
         vad_backend=args.vad_backend,
         log_level="warning",
     )
     app = create_app(settings, observer=ProbeObserver(probes))
+    endpoint = app.state.endpoint
+    if endpoint.end_of_turn is not None:  # sessions take it from the endpoint as they open
+        endpoint.end_of_turn = TimedEndOfTurn(endpoint.end_of_turn, probes)
     add_stats_route(app, probes)
+    add_executor_route(app)
     # The options `parley serve` runs with (server/cli.py's uvicorn_config).
     return uvicorn.Config(app, **uvicorn_options(settings))
 
@@ -175,6 +232,12 @@ def main() -> None:
     parser.add_argument("kind", choices=["parley", "echo", "vad"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--vad-backend", default="silero", choices=["silero", "webrtc"])
+    parser.add_argument(
+        "--executor",
+        default="scripted",
+        choices=["scripted", "cascade"],
+        help="Parley's: scripted (zero model time) or the embedded default, as `parley serve`",
+    )
     parser.add_argument("--chunk-delay-s", type=float, default=0.0)
     parser.add_argument("--chunk-ms", type=int, default=100)
     parser.add_argument(

@@ -1,6 +1,14 @@
 """Voice-to-voice latency of the embedded default executor, stage by stage.
 
-Run from the repository root:  .venv/bin/python -m bench.voice_to_voice  (or `make bench`)
+Run from the repository root:
+  .venv/bin/python -m bench.voice_to_voice [--transport ws|inproc|both] [--repeats N]
+(`make bench` runs the ws transport).
+
+`--transport ws` (the default) measures at a real client: a Parley server with the
+same cascade in its own process, a WebSocket client, server_vad and semantic_vad
+(bench/voice_to_voice_ws.py); its results are the `ws` section of the JSON. What
+follows is `--transport inproc`, the rest of the JSON (each transport keeps the
+other's section of an earlier run).
 
 One in-process Session (the server's default Silero VAD and turn detection) drives
 the real cascade built by build_cascade(CascadeOptions()): Whisper tiny.en, SmolLM2-135M
@@ -25,6 +33,7 @@ and the machine. Every wait has a timeout; the whole run is bounded by RUN_TIMEO
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import json
@@ -42,6 +51,7 @@ from bench.machine import cpu_seconds
 from bench.machine import machine as machine_facts
 from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
 from bench.vad_backends import speech_extent_ms
+from bench.voice_to_voice_ws import fixtures_arg, run_ws
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
 from engine.session_config import DEFAULT_VAD
@@ -51,6 +61,7 @@ from models.cascade.pipeline import CascadeExecutor
 from models.speech.files import cache_dir
 
 REPEATS = 3
+WS_REPEATS = 2  # per mode: two modes, each utterance answered in full
 CHUNK_MS = 20
 LEAD_MS = 300
 TRAIL_MS = 1200
@@ -246,11 +257,11 @@ async def speak(driver: Driver, run: Run, pcm: np.ndarray, speech_end_ms: int) -
         run.error = f"response {run.response_status}"
 
 
-async def measure(executor: CascadeExecutor) -> list[Run]:
-    clips = {name: load_wav(name) for name in FIXTURES}
+async def measure(executor: CascadeExecutor, repeats: int, fixtures: list[str]) -> list[Run]:
+    clips = {name: load_wav(name) for name in fixtures}
     runs: list[Run] = []
     async with Driver(executor) as driver:
-        for repeat in range(1, REPEATS + 1):
+        for repeat in range(1, repeats + 1):
             for name, wav in clips.items():
                 start, end = speech_extent_ms(wav)
                 pcm = np.concatenate([silence(LEAD_MS), wav, silence(TRAIL_MS)])
@@ -278,6 +289,7 @@ def summarize(runs: list[Run]) -> dict[str, dict[str, float | None]]:
     """Per utterance (and "all") the median of each stage over the good runs."""
     good = [r for r in runs if r.error is None]
     groups = {name: [r for r in good if r.utterance == name] for name in FIXTURES}
+    groups = {name: group for name, group in groups.items() if group}
     groups["all"] = good
     return {
         name: {stage: _median([r.stages.get(stage) for r in group]) for stage in STAGES}
@@ -293,18 +305,37 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
-def print_table(medians: dict[str, dict[str, float | None]], runs: list[Run]) -> None:
-    print(f"\nmedians over {REPEATS} runs per utterance, ms (wall clock):")
+def print_table(medians: dict[str, dict[str, float | None]], runs: list[Run], repeats: int) -> None:
+    print(f"\nmedians over {repeats} runs per utterance, ms (wall clock):")
     print("utterance | runs | " + " | ".join(STAGES.values()))
     for name, row in medians.items():
         good = sum(1 for r in runs if r.error is None and (name == "all" or r.utterance == name))
         print(f"{name} | {good} | " + " | ".join(_cell(row[s]) for s in STAGES))
 
 
-async def main_async() -> None:
-    load_before = [round(x, 2) for x in os.getloadavg()]
-    if load_before[0] > 0.5:
-        print(f"warning: load average {load_before[0]} before start; numbers will be noisy")
+def load_before() -> list[float]:
+    load = [round(x, 2) for x in os.getloadavg()]
+    if load[0] > 0.5:
+        print(f"warning: load average {load[0]} before start; numbers will be noisy")
+    return load
+
+
+async def ws_section(repeats: int, fixtures: list[str]) -> dict[str, Any]:
+    before = load_before()
+    busy0, own0 = cpu_seconds()
+    t_run = time.monotonic()
+    section = await asyncio.wait_for(run_ws(repeats, fixtures), RUN_TIMEOUT_S)
+    busy1, own1 = cpu_seconds()
+    wall_s = time.monotonic() - t_run
+    print(f"ws run: {wall_s:.0f} s wall, {busy1 - busy0:.0f} s CPU busy on the machine")
+    facts = {**machine(), "loadavg_before": before, "run_wall_s": round(wall_s, 1)}
+    facts["machine_cpu_s"] = round(busy1 - busy0, 1)  # server, client and anything else
+    facts["client_cpu_s"] = round(own1 - own0, 1)
+    return {"machine": facts, **section}
+
+
+async def inproc_result(repeats: int, fixtures: list[str]) -> dict[str, Any]:
+    before = load_before()
     print(f"loading the cascade (cache: {cache_dir()}) ...", flush=True)
     t0 = time.monotonic()
     executor = await asyncio.to_thread(build_cascade, CascadeOptions())
@@ -315,7 +346,7 @@ async def main_async() -> None:
     t_run = time.monotonic()
     try:
         async with asyncio.timeout(RUN_TIMEOUT_S):
-            runs = await measure(executor)
+            runs = await measure(executor, repeats, fixtures)
         busy1, own1 = cpu_seconds()  # before closing the Piper worker
     finally:
         await asyncio.wait_for(executor.aclose(), 30)
@@ -328,11 +359,15 @@ async def main_async() -> None:
     if other_cpu_s > 0.1 * wall_s:
         print("warning: other processes used the CPU during the run; numbers are noisy")
     medians = summarize(runs)
-    print_table(medians, runs)
-    result = {
+    print_table(medians, runs, repeats)
+    if any(r.error for r in runs):
+        print(
+            "some runs failed: " + ", ".join(f"{r.utterance}#{r.repeat}" for r in runs if r.error)
+        )
+    return {
         "machine": {
             **machine(),
-            "loadavg_before": load_before,
+            "loadavg_before": before,
             "run_wall_s": round(wall_s, 1),
             "bench_cpu_s": round(own1 - own0, 1),
             "other_cpu_s": round(other_cpu_s, 1),  # anything else running: noise
@@ -346,25 +381,70 @@ async def main_async() -> None:
             "chunk_ms": CHUNK_MS,
             "lead_silence_ms": LEAD_MS,
             "trail_silence_ms": TRAIL_MS,
-            "repeats": REPEATS,
+            "repeats": repeats,
             "sessions": 1,
         },
         "stages": STAGES,
         "medians_ms": medians,
         "runs": [asdict(r) for r in runs],
     }
+
+
+def merged(
+    previous: dict[str, Any], inproc: dict[str, Any] | None, ws: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The results file: the in-process run's keys at the top (its original shape),
+    the WebSocket run under "ws"; a transport not run keeps what `previous` had."""
+    out = dict(inproc) if inproc is not None else {k: v for k, v in previous.items() if k != "ws"}
+    if ws is not None:
+        out["ws"] = ws
+    elif "ws" in previous:
+        out["ws"] = previous["ws"]
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    inproc = ws = None
+    if args.transport in ("inproc", "both"):
+        inproc = await inproc_result(args.repeats or REPEATS, args.fixtures)
+    if args.transport in ("ws", "both"):
+        ws = await ws_section(args.repeats or WS_REPEATS, args.fixtures)
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    RESULTS.write_text(json.dumps(merged(previous, inproc, ws), indent=2) + "\n")
     print(f"wrote {RESULTS}")
-    if any(r.error for r in runs):
-        print(
-            "some runs failed: " + ", ".join(f"{r.utterance}#{r.repeat}" for r in runs if r.error)
-        )
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.voice_to_voice",
+        description="Voice-to-voice latency of the embedded default executor.",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=["ws", "inproc", "both"],
+        default="ws",
+        help="ws: a real client and a server in its own process, server_vad and "
+        "semantic_vad; inproc: an in-process Session, server_vad (default ws)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=0,
+        help=f"times each fixture is spoken (default inproc {REPEATS}, ws {WS_REPEATS})",
+    )
+    parser.add_argument(
+        "--fixtures",
+        type=fixtures_arg,
+        default=list(FIXTURES),
+        help="comma-separated fixtures (default: " + ",".join(FIXTURES) + ")",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(main_async())
+    asyncio.run(main_async(parser().parse_args(argv)))
 
 
 if __name__ == "__main__":

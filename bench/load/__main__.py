@@ -5,7 +5,9 @@ Run from the repository root:  .venv/bin/python -m bench.load  (or `make bench`)
 The load generator is this process; every server is a separate one on a free
 loopback port (bench/probed_server.py): Parley as `parley serve --executor scripted`
 builds it (zero model time: PARLEY_SCRIPTED_CHUNK_DELAY_S=0) with server VAD on,
-with the server's default VAD (Silero) and with webrtcvad, and the two floors of
+with the server's default VAD (Silero) and with webrtcvad, Parley whose clients set
+semantic_vad (eagerness auto) by a session.update before streaming (`parley-semantic`,
+--turn-detection), and the two floors of
 bench/floors.py (`echo`: parse each append and acknowledge it; `vad`: the same plus
 24 -> 16 kHz resampling and webrtcvad). Each of N sessions streams the speech
 fixtures, looped with silence so VAD turns happen, at real-time pace in 20 ms
@@ -19,6 +21,11 @@ Per target and N, over a measurement window after a warm-up:
   deterministic and does not depend on timing). Client-side, so it includes
   loopback both ways and both event loops; "in server" is the same span inside the
   server (frame parsed -> speech_stopped emitted).
+  With semantic_vad most turns stop when the end-of-turn model answers (a call takes
+  longer than the silence a confident answer needs), which no plan can know: (a)
+  runs from the send of the chunk holding speech_stopped's audio_end_ms, so it holds
+  up to a VAD frame and a chunk by construction and is not judged; `score`, each of
+  the model's calls in the server with its queue, is (p99 under 500 ms to pass).
 - Parley (b) `delta`: first audio delta taken by the writer minus the executor's
   first chunk (server-side probe).
 - Floors `ack`: acknowledgement received minus its append sent.
@@ -76,6 +83,7 @@ PACKAGES = ["fastapi", "uvicorn", "websockets", "starlette", "numpy", "soxr", "o
 DEFAULT_SWEEP = [1, 25, 50, 100, 150, 200, 250, 300, 350, 400]
 TARGETS = [
     "parley",
+    "parley-semantic",
     "parley-webrtc",
     "echo",
     "vad",
@@ -134,6 +142,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunks", type=int, nargs="+", default=[20, 40, 100])
     parser.add_argument("--search-points", type=int, default=3)
     parser.add_argument("--vad-backend", default="silero", choices=list(BACKENDS))
+    parser.add_argument(
+        "--turn-detection",
+        default="both",
+        choices=["server_vad", "semantic_vad", "both"],
+        help="Parley's sessions: server_vad (the default), semantic_vad (set by a "
+        "session.update before streaming: target parley-semantic), or both side by side",
+    )
     parser.add_argument(
         "--workers-search",
         type=int,

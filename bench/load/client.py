@@ -8,12 +8,27 @@ import bisect
 import contextlib
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 CONNECT_CONCURRENCY = 16
+CONFIGURE_TIMEOUT_S = 20.0
+
+# Where a client finds the chunk whose arrival let the server stop a turn, from the
+# speech_stopped's audio_end_ms (None: not known).
+StopPlan = Callable[[int], int | None]
+
+
+def chunk_holding(audio_end_ms: int, chunk_ms: int) -> int:
+    """The chunk holding the end of audio `audio_end_ms` (chunk k covers [k, k+1)
+    chunk_ms of the session's audio clock): semantic_vad's stops, which depend on
+    when the model answers, so that no plan can know them beforehand. The server may
+    hold back a few ms of audio (resampling), so this can be a chunk early."""
+    return max(0, -(-audio_end_ms // chunk_ms) - 1)
 
 
 @dataclass
@@ -56,6 +71,28 @@ async def open_connections(url: str, n: int) -> list[ClientConnection]:
     return conns
 
 
+async def configure(conns: list[ClientConnection], turn_detection: dict[str, Any]) -> None:
+    """Every session's turn detection set by a session.update, before any audio."""
+    update = json.dumps(
+        {
+            "type": "session.update",
+            "session": {"type": "realtime", "audio": {"input": {"turn_detection": turn_detection}}},
+        }
+    )
+
+    async def one(ws: ClientConnection) -> None:
+        await ws.send(update)
+        async with asyncio.timeout(CONFIGURE_TIMEOUT_S):
+            async for message in ws:
+                kind = json.loads(message).get("type")
+                if kind == "session.updated":
+                    return
+                if kind == "error":
+                    raise RuntimeError(f"session.update refused: {message!r}")
+
+    await asyncio.gather(*(one(ws) for ws in conns))
+
+
 class LoadClient:
     """One client: streams its rotation of the clip at real time and reads events."""
 
@@ -69,7 +106,7 @@ class LoadClient:
         chunk_s: float,
         window: tuple[float, float],
         out: Samples,
-        plan: dict[int, int] | None,
+        plan: StopPlan | None,
         floor: bool,
         onset_chunks: set[int] | None = None,
     ) -> None:
@@ -125,7 +162,7 @@ class LoadClient:
                 event = json.loads(message)
                 kind = event.get("type")
                 if kind == "input_audio_buffer.speech_stopped":
-                    k = None if self.plan is None else self.plan.get(event["audio_end_ms"])
+                    k = None if self.plan is None else self.plan(event["audio_end_ms"])
                     if k is None or k >= len(self.send_t):
                         self.out.unmatched_stops += 1
                     elif self.in_window(self.send_t[k]):

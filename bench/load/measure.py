@@ -4,11 +4,19 @@ warm-up, with the server's CPU, the machine's and this process's read at both en
 from __future__ import annotations
 
 import asyncio
+import functools
 import resource
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.load.client import LoadClient, Samples, open_connections
+from bench.load.client import (
+    LoadClient,
+    Samples,
+    StopPlan,
+    chunk_holding,
+    configure,
+    open_connections,
+)
 from bench.load.clips import ROTATIONS, rotation
 from bench.load.points import Point, judge
 from bench.load.profile import start_py_spy
@@ -44,6 +52,12 @@ async def run_point(
     loop = asyncio.get_running_loop()
     target = server.target
     conns = await open_connections(f"ws://127.0.0.1:{server.port}/v1/realtime", n)
+    if target.turn_detection is not None:
+        try:
+            await configure(conns, target.turn_detection)
+        except BaseException:
+            await asyncio.gather(*(ws.close() for ws in conns), return_exceptions=True)
+            raise
     chunk_s = chunk_ms / 1000
     t0 = loop.time() + 0.5
     window = (t0 + WARMUP_S, t0 + WARMUP_S + window_s)
@@ -59,7 +73,7 @@ async def run_point(
             chunk_s,
             window,
             out,
-            None if plans is None else plans[i % ROTATIONS],
+            stop_plan(target.semantic, chunk_ms, plans, i),
             target.floor,
             onset_chunks,
         )
@@ -109,6 +123,16 @@ async def run_point(
     return point
 
 
+def stop_plan(
+    semantic: bool, chunk_ms: int, plans: list[dict[int, int]] | None, client: int
+) -> StopPlan | None:
+    """How client `client` finds the chunk that let a turn stop: server_vad's planned
+    chunks; semantic_vad's from the audio clock."""
+    if semantic:
+        return functools.partial(chunk_holding, chunk_ms=chunk_ms)
+    return None if plans is None else plans[client % ROTATIONS].get
+
+
 def figures(
     server: Server,
     n: int,
@@ -135,6 +159,7 @@ def figures(
         ack_ms=dist(out.ack),
         loop_lag_ms=dist(stats.get("loop_lag_ms", [])),
         gc_ms=dist(stats.get("gc_ms", [])),
+        score_ms=dist(stats.get("score_ms", [])),
         slip_ms=dist(out.slip),
         server_cpu_pct=100 * server_cpu / wall,
         cpu_us_per_msg=1e6 * server_cpu / out.sent if out.sent else None,

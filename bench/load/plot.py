@@ -22,6 +22,7 @@ def plot(points: list[Point], capacity: dict[str, int], path: Path, title: str) 
         ("parley", "stop_ms", "Parley (a) speech_stopped", "tab:blue"),
         ("parley", "delta_ms", "Parley (b) first audio delta", "tab:cyan"),
         ("parley-webrtc", "stop_ms", "Parley with webrtcvad (a)", "tab:green"),
+        ("parley-semantic", "stop_ms", "Parley, semantic_vad (a)", "tab:olive"),
         ("echo", "ack_ms", "floor echo: ack", "tab:gray"),
         ("vad", "ack_ms", "floor echo+resample+webrtcvad: ack", "tab:orange"),
         ("parley-1w", "stop_ms", "parley serve, 1 worker (a)", "tab:purple"),

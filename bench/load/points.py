@@ -9,6 +9,10 @@ from bench.load.stats import Dist, dist
 
 P99_LIMIT_MS = 50.0
 SLIP_LIMIT_MS = 20.0
+# semantic_vad: p99 of the end-of-turn model's calls, queue included. Alone a call
+# takes ~100-250 ms on one core (models/turn/smart_turn.py); over this the calls
+# wait behind other sessions' more than they run, and every turn ends that much later.
+SCORE_P99_LIMIT_MS = 500.0
 
 
 def no_samples() -> Dist:
@@ -31,6 +35,7 @@ class Point:
     ack_ms: Dist = field(default_factory=no_samples)  # floors
     loop_lag_ms: Dist = field(default_factory=no_samples)
     gc_ms: Dist = field(default_factory=no_samples)  # full collections in the window: n, pauses
+    score_ms: Dist = field(default_factory=no_samples)  # semantic_vad's model calls
     slip_ms: Dist = field(default_factory=no_samples)
     server_cpu_pct: float = 0.0  # of one core
     cpu_us_per_msg: float | None = None
@@ -51,8 +56,9 @@ class Point:
 def judge(p: Point, target: Target) -> tuple[bool, str]:
     """Pass iff no errors, no send slipped over SLIP_LIMIT_MS and each latency the
     target has (floors: ack; Parley: stop, and delta where probed) has p99 under
-    P99_LIMIT_MS; from 10 sessions on, a latency without samples fails. Returns
-    (passed, what failed)."""
+    P99_LIMIT_MS; with semantic_vad the end-of-turn model's calls (p99 under
+    SCORE_P99_LIMIT_MS) stand in for stop; from 10 sessions on, a latency without samples fails.
+    Returns (passed, what failed)."""
     fails = []
     if p.errors:
         fails.append("errors")
@@ -60,11 +66,16 @@ def judge(p: Point, target: Target) -> tuple[bool, str]:
     if slip is None or slip > SLIP_LIMIT_MS:
         fails.append(f"slip {slip or 0:.0f}")
     checks = {"ack": p.ack_ms} if target.floor else {"stop": p.stop_ms}
+    if target.semantic:
+        # Its stops mostly come with the model's answer, not with an append, so (a)
+        # times the model's answer, not the server: the model's calls are judged.
+        checks = {"score": p.score_ms}
     if not target.floor and target.probed:
         checks["delta"] = p.delta_ms
+    limits = dict.fromkeys(checks, P99_LIMIT_MS) | {"score": SCORE_P99_LIMIT_MS}
     for name, d in checks.items():
         p99 = d["p99"]
-        if p99 is not None and p99 >= P99_LIMIT_MS:
+        if p99 is not None and p99 >= limits[name]:
             fails.append(f"{name} p99 {p99:.0f}")
         elif p99 is None and p.n >= 10:
             fails.append(f"no {name}")

@@ -12,8 +12,9 @@ import numpy as np
 
 from bench.load.measure import WARMUP_S
 from bench.load.plot import plot
-from bench.load.points import P99_LIMIT_MS, SLIP_LIMIT_MS, Point
+from bench.load.points import P99_LIMIT_MS, SCORE_P99_LIMIT_MS, SLIP_LIMIT_MS, Point
 from bench.load.search import Bench
+from bench.load.servers import SEMANTIC_VAD
 from bench.load.stats import Dist, dist
 from bench.load.table import fmt
 from bench.speech import PCM_RATE
@@ -61,7 +62,7 @@ def ratios(cap20: dict[str, int]) -> dict[str, float | None]:
     """Each Parley's capacity over each other target's (None where that one is 0)."""
     return {
         f"{p}/{f}": round(cap20[p] / cap20[f], 2) if cap20.get(f) else None
-        for p in ("parley", "parley-webrtc", "parley-2w")
+        for p in ("parley", "parley-semantic", "parley-webrtc", "parley-2w")
         if p in cap20
         for f in ("echo", "vad", "parley-1w", "parley")
         if f in cap20 and f != p
@@ -84,6 +85,9 @@ def finish(
         "slip_limit_ms": SLIP_LIMIT_MS,
         "clip_s": len(bench.clip.pcm) / PCM_RATE,
         "turn_detection": asdict(ServerVadParams()),
+        "turn_detection_mode": args.turn_detection,
+        "semantic_turn_detection": SEMANTIC_VAD,  # parley-semantic's session.update
+        "score_p99_limit_ms": SCORE_P99_LIMIT_MS,
     }
     result["capacity"] = capacity
     result["capacity_lower_bound"] = bench.unbounded  # never failed: at least this

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 PACED = ["--chunk-ms", "100", "--chunk-delay-s", "0.1"]  # the barge-in server's answers
+# What the semantic_vad target's clients set with session.update before streaming.
+SEMANTIC_VAD: dict[str, Any] = {"type": "semantic_vad", "eagerness": "auto"}
 
 
 @dataclass
@@ -29,11 +31,20 @@ class Target:
     vad_backend: str | None = None  # Parley's
     probed: bool = True  # serves /bench/stats
     env: dict[str, str] = field(default_factory=dict)
+    # Sent by every client in a session.update before streaming; None: the server's
+    # default (server_vad).
+    turn_detection: dict[str, Any] | None = None
+
+    @property
+    def semantic(self) -> bool:
+        return (self.turn_detection or {}).get("type") == "semantic_vad"
 
 
 def targets(vad: str) -> dict[str, Target]:
     """Parley with the server's default VAD (Silero) and with webrtcvad (the floor's
-    VAD), the two floors, a paced Parley for barge-in, and `parley serve` itself."""
+    VAD), Parley whose sessions use semantic_vad (the same server, its end-of-turn
+    model scoring every pause), the two floors, a paced Parley for barge-in, and
+    `parley serve` itself."""
     py = [sys.executable, "-m", "bench.probed_server"]
     serve = [str(Path(sys.executable).with_name("parley")), "serve", "--port", "{port}"]
     scripted = {"PARLEY_SCRIPTED_CHUNK_DELAY_S": "0", "PARLEY_EXECUTOR": "scripted"}
@@ -46,6 +57,13 @@ def targets(vad: str) -> dict[str, Target]:
             [*py, "parley", "--port", "{port}", "--vad-backend", "webrtc"],
             False,
             "webrtc",
+        ),
+        "parley-semantic": Target(
+            "parley-semantic",
+            [*py, "parley", "--port", "{port}", "--vad-backend", vad],
+            False,
+            vad,
+            turn_detection=SEMANTIC_VAD,
         ),
         "echo": Target("echo", [*py, "echo", "--port", "{port}"], True),
         "vad": Target("vad", [*py, "vad", "--port", "{port}"], True),

@@ -35,8 +35,20 @@ class Plan:
     keep_s: float
 
 
+def with_turn_detection(names: list[str], turn_detection: str) -> list[str]:
+    """The targets with Parley's sessions in semantic_vad instead of, or beside,
+    server_vad (parley-semantic right after parley)."""
+    if turn_detection == "server_vad" or "parley" not in names:
+        return names
+    out = [n for n in names if n != "parley-semantic"]
+    at = out.index("parley")
+    if turn_detection == "semantic_vad":
+        return [*out[:at], "parley-semantic", *out[at + 1 :]]
+    return [*out[: at + 1], "parley-semantic", *out[at + 1 :]]
+
+
 def plan(args: argparse.Namespace) -> Plan:
-    names = args.targets
+    names = with_turn_detection(args.targets, args.turn_detection)
     if args.vad_backend == "webrtc" and "parley-webrtc" in names:
         names = [n for n in names if n != "parley-webrtc"]  # "parley" is that already
     workers = bool(args.workers_search) and "parley" in names
@@ -63,7 +75,10 @@ async def vad_cost_stage(clip: Clip) -> dict[str, dict[str, float]]:
 
 async def capacity_sweep(bench: Bench, targets: list[Target], keep_s: float) -> dict[str, int]:
     args = bench.args
-    print(f"\ncapacity sweep, 20 ms chunks, VAD {args.vad_backend} ({args.window:.0f} s window):")
+    print(
+        f"\ncapacity sweep, 20 ms chunks, VAD {args.vad_backend}, turn detection"
+        f" {args.turn_detection} ({args.window:.0f} s window):"
+    )
     async with started(*targets) as servers:
         await bench.warm(servers)
         return await bench.sweep(servers, 20, keep_s)

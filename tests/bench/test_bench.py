@@ -15,14 +15,18 @@ from typing import Any
 import pytest
 
 from bench.load.__main__ import DEFAULT_SWEEP, parser
+from bench.load.client import chunk_holding
 from bench.load.clips import ROTATIONS, Clip, rotation
-from bench.load.points import P99_LIMIT_MS, Point, judge
+from bench.load.measure import stop_plan
+from bench.load.points import P99_LIMIT_MS, SCORE_P99_LIMIT_MS, Point, judge
 from bench.load.profile import top_frames
 from bench.load.search import next_n, settled
-from bench.load.servers import targets
+from bench.load.servers import SEMANTIC_VAD, targets
 from bench.load.stages import BARGE_S, CHUNKS_S, WORKERS_S, above_knee, plan
 from bench.load.stats import dist
 from bench.speech import FIXTURES, PCM_RATE, load_wav
+from bench.voice_to_voice import merged
+from bench.voice_to_voice import parser as v2v_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +73,15 @@ def test_python_m_bench_load_help_lists_its_options() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: python -m bench.load")
-    for option in ("--sweep", "--window", "--targets", "--barge", "--profile", "--name"):
+    for option in (
+        "--sweep",
+        "--window",
+        "--targets",
+        "--barge",
+        "--profile",
+        "--name",
+        "--turn-detection",
+    ):
         assert option in done.stdout
 
 
@@ -85,6 +97,7 @@ def test_load_options_reach_the_run_and_the_rest_keep_their_defaults() -> None:
         480.0,
     )
     assert defaults.targets == ["parley", "parley-webrtc", "echo", "vad"]
+    assert defaults.turn_detection == "both"
     assert (defaults.chunks, defaults.vad_backend, defaults.name) == (
         [20, 40, 100],
         "silero",
@@ -111,7 +124,7 @@ def test_every_target_the_options_name_has_a_server() -> None:
 
 
 def test_the_stages_after_the_sweep_keep_their_time() -> None:
-    full = plan(load_args())
+    full = plan(load_args("--turn-detection", "server_vad"))
     assert full.names == ["parley", "parley-webrtc", "echo", "vad"]
     assert full.workers and full.larger == [40, 100]
     assert full.keep_s == BARGE_S + WORKERS_S + CHUNKS_S
@@ -122,6 +135,79 @@ def test_the_stages_after_the_sweep_keep_their_time() -> None:
     floors_first = plan(load_args("--targets", "echo", "parley"))
     assert floors_first.larger == [] and floors_first.workers
     assert above_knee({"parley": 100}) == 125 and above_knee({}) == 1
+
+
+def test_turn_detection_puts_semantic_vad_beside_or_instead_of_server_vad() -> None:
+    assert plan(load_args()).names == ["parley", "parley-semantic", "parley-webrtc", "echo", "vad"]
+    semantic = plan(load_args("--turn-detection", "semantic_vad"))
+    assert semantic.names == ["parley-semantic", "parley-webrtc", "echo", "vad"]
+    # Nothing to search at larger chunks or with two workers without server_vad's Parley.
+    assert (semantic.workers, semantic.larger) == (False, [])
+    floors = plan(load_args("--targets", "echo", "vad", "--turn-detection", "both"))
+    assert floors.names == ["echo", "vad"]  # no Parley: nothing to pair
+    twice = plan(load_args("--targets", "parley", "parley-semantic", "--turn-detection", "both"))
+    assert twice.names == ["parley", "parley-semantic"]
+    with pytest.raises(SystemExit):
+        load_args("--turn-detection", "semantic")
+
+
+def test_the_semantic_target_is_parley_whose_clients_set_semantic_vad() -> None:
+    servers = targets("silero")
+    semantic, parley = servers["parley-semantic"], servers["parley"]
+    assert semantic.argv == parley.argv  # the same server; the sessions differ
+    assert semantic.turn_detection == SEMANTIC_VAD and semantic.semantic
+    assert SEMANTIC_VAD["type"] == "semantic_vad" and SEMANTIC_VAD["eagerness"] == "auto"
+    assert parley.turn_detection is None and not parley.semantic
+
+
+def test_semantic_stops_are_found_on_the_audio_clock_and_server_vad_s_by_plan() -> None:
+    # Chunk k holds (k*20, (k+1)*20] ms of the session's audio.
+    assert [chunk_holding(ms, 20) for ms in (1, 20, 21, 40, 41, 960)] == [0, 0, 1, 1, 2, 47]
+    assert chunk_holding(0, 20) == 0 and chunk_holding(100, 100) == 0
+    plans = [{500 + r: r} for r in range(ROTATIONS)]
+    by_plan = stop_plan(False, 20, plans, ROTATIONS + 3)
+    assert by_plan is not None and by_plan(503) == 3 and by_plan(960) is None
+    on_clock = stop_plan(True, 40, plans, 0)
+    assert on_clock is not None and on_clock(960) == 23
+    assert stop_plan(False, 20, None, 0) is None
+
+
+def test_semantic_points_are_judged_on_the_model_s_calls_not_on_stop() -> None:
+    semantic = targets("silero")["parley-semantic"]
+    fast = dist([1.0, 2.0, 3.0])
+
+    def point(**figures: Any) -> Point:
+        return Point(target="parley-semantic", n=25, chunk_ms=20, window_s=4.0, **figures)
+
+    calls = dist([200.0, 250.0])
+    slow_stop = dist([60.0, P99_LIMIT_MS + 20])
+    assert judge(point(stop_ms=slow_stop, score_ms=calls, delta_ms=fast, slip_ms=fast), semantic)[0]
+    queued = dist([300.0, SCORE_P99_LIMIT_MS + 100])
+    assert judge(point(score_ms=queued, delta_ms=fast, slip_ms=fast), semantic) == (
+        False,
+        "score p99 597",  # 300 + 0.99 * 300
+    )
+    assert judge(point(delta_ms=fast, slip_ms=fast), semantic) == (False, "no score")
+    # server_vad's Parley keeps its judge: the model is not its business.
+    assert (
+        judge(point(stop_ms=slow_stop, delta_ms=fast, slip_ms=fast), targets("silero")["parley"])[1]
+        == "stop p99 70"
+    )
+
+
+def test_voice_to_voice_takes_a_transport_and_keeps_the_other_s_results() -> None:
+    args = v2v_parser().parse_args([])
+    assert (args.transport, args.repeats, args.fixtures) == ("ws", 0, FIXTURES)
+    args = v2v_parser().parse_args(["--transport", "inproc", "--fixtures", "joke,timer"])
+    assert (args.transport, args.fixtures) == ("inproc", ["joke", "timer"])
+    with pytest.raises(SystemExit):
+        v2v_parser().parse_args(["--fixtures", "opera"])
+    previous = {"machine": {"a": 1}, "medians_ms": {"all": {}}, "ws": {"old": True}}
+    ws = {"new": True}
+    assert merged(previous, None, ws) == {"machine": {"a": 1}, "medians_ms": {"all": {}}, "ws": ws}
+    inproc = {"machine": {"b": 2}, "runs": []}
+    assert merged(previous, inproc, None) == {**inproc, "ws": {"old": True}}
+    assert merged({}, inproc, None) == inproc
 
 
 def test_a_point_passes_under_the_limits_and_names_what_failed() -> None:
