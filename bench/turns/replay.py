@@ -38,6 +38,13 @@ from models.base import PCM_RATE
 CHUNK = PCM_RATE * CHUNK_MS // 1000  # samples per append
 WINDOW = int(END_OF_TURN_WINDOW_S * PCM_RATE)  # what the session hands the model, at most
 
+# From the end of the append that ends a turn to the client seeing it: the median over
+# the clean items of `make eval-turns`' server_vad run (bench/results/turns.json),
+# whose audio_end_ms this replay reproduces exactly. (The ~40 ms from audio_end_ms to
+# the client quoted there also holds the VAD's hold-back, which the replay's audio
+# clock already counts.)
+DELIVERY_MS = 4
+
 # The end-of-turn model on a turn's audio (16 kHz int16, at most 8 s): a probability,
 # or None when it cannot score.
 Model = Callable[[Pcm16], float | None]
@@ -112,7 +119,7 @@ def replay(
     trail_ms: int,
     scores: ScoreCache | None = None,
     score_delay_ms: int = 100,
-    delivery_ms: int = 40,
+    delivery_ms: int = DELIVERY_MS,
 ) -> list[Turn]:
     """The turns a client would see for `r` streamed with `trail_ms` after the speech,
     with `detector` (a `SemanticTurnDetector` has its pauses scored by `scores`)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 from bench.turns.corpus import CACHE_DIR, SETS, make_corpus
 from bench.turns.replay import (
+    DELIVERY_MS,
     Model,
     Replayable,
     ScoreCache,
@@ -144,16 +145,16 @@ def targets(row: Row, reference: Row) -> dict[str, bool]:
 
 
 def preference(row: Row, reference: Row) -> tuple[Any, ...]:
-    """Sort key, best first: every target met; else at most `MAX_CUT_OFFS` cut-offs
-    first, then the noisy sets no worse than server_vad, then the lowest complete p50.
-    Ties go to the lower p90, then to fewer model calls (no rescoring, a longer
-    candidate pause)."""
+    """Sort key, best first: every target met; else the fewest cut-offs beyond
+    `MAX_CUT_OFFS`, then the noisy sets no worse than server_vad, then the lowest
+    complete p50. Ties go to the lower p90, then to fewer model calls (no rescoring,
+    a longer candidate pause)."""
     met = targets(row, reference)
     p90 = row.committed("complete", "p90")
     curve = row.curve or DEFAULT_CURVE
     return (
         not all(met.values()),
-        not met["cut_offs"],
+        max(row.cut_offs - MAX_CUT_OFFS, 0),
         not met["noisy"],
         row.p50,
         row.cut_offs,
@@ -201,7 +202,7 @@ def sweep(
     eagernesses: list[Eagerness],
     scores: ScoreCache,
     score_delay_ms: int = 100,
-    delivery_ms: int = 40,
+    delivery_ms: int = DELIVERY_MS,
 ) -> tuple[Row, list[Row]]:
     """server_vad's row, and one row per eagerness and curve."""
     reference = measure(
@@ -310,7 +311,12 @@ def parser() -> argparse.ArgumentParser:
         help="eagerness values to sweep (the targets are for auto)",
     )
     p.add_argument("--score-delay-ms", type=int, default=100, help="Smart Turn's latency")
-    p.add_argument("--delivery-ms", type=int, default=40, help="event delivery to the client")
+    p.add_argument(
+        "--delivery-ms",
+        type=int,
+        default=DELIVERY_MS,
+        help="from the append that ends a turn to the event at the client",
+    )
     p.add_argument("--candidate-pause-ms", type=int, nargs="+", default=CANDIDATE_PAUSE_MS)
     p.add_argument("--confident-probability", type=float, nargs="+", default=CONFIDENT_PROBABILITY)
     p.add_argument("--confident-silence-ms", type=int, nargs="+", default=CONFIDENT_SILENCE_MS)

@@ -33,10 +33,14 @@ def _trimmed(pcm: np.ndarray) -> np.ndarray:
     return pcm[start * PCM_RATE // 1000 : end * PCM_RATE // 1000]
 
 
-@pytest.fixture(scope="module")
-def hesitation() -> Replayable:
+def require_espeak() -> None:
     if shutil.which("espeak-ng") is None:
         pytest.fail(INSTALL_HINT)
+
+
+@pytest.fixture(scope="module")
+def hesitation() -> Replayable:
+    require_espeak()
     a = _trimmed(speak("I would like to order,", "en-us", 160))
     b = _trimmed(speak("a large pizza with mushrooms.", "en-us", 160))
     pause = np.zeros(PAUSE_MS * PCM_RATE // 1000, np.int16)
@@ -137,12 +141,16 @@ def test_the_front_and_the_choice_follow_the_targets() -> None:
     assert (best.cut_offs, best.p50) == (2, 500)
     met = targets(row(1, 450, 3), reference)
     assert met == {"cut_offs": True, "latency": False, "noisy": False}
+    # None within the cut-offs target: the fewest cut-offs, then the lowest p50.
+    over = [row(6, 350), row(5, 380), row(5, 420)]
+    assert min(over, key=lambda r: preference(r, reference)).p50 == 380
     rows.append(row(2, 390))
     assert min(rows, key=lambda r: preference(r, reference)).p50 == 390
     assert len(grid()) == 3 * 4 * 4 * 3
 
 
 def test_the_sweep_writes_its_report(tmp_path: Path) -> None:
+    require_espeak()
     out = tmp_path / "turn_curve.json"
     argv = ["--limit", "1", "--sets", "complete", "hesitation", "--no-cache", "--out", str(out)]
     argv += ["--candidate-pause-ms", "200", "--confident-probability", "0.5"]
