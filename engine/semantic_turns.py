@@ -2,14 +2,16 @@
 decides when a pause ends the turn.
 
 `SemanticTurnDetector` is `TurnDetector` (same speech start, same silence rule)
-with a different end: after `CANDIDATE_PAUSE_MS` of silence it emits a
+with a different end: after its curve's `candidate_pause_ms` of silence it emits a
 `PauseCandidate`; the session has the pause scored off its task and hands the
 probability back with `decide`, which sets how much silence ends the turn
 (`silence_needed_ms`). Until a score arrives, the eagerness' maximum wait
 applies, so a slow or stuck model never holds a turn open past OpenAI's cap.
 Pure: no I/O, no clock; times come from the frames.
 
-All the tuning lives in the constants below (`make eval-turns` tunes them).
+All the tuning lives in `CURVES` below, one `TurnCurve` per eagerness, chosen on the
+offline sweep of the evaluation set (bench/turns/sweep.py) and checked live by
+`make eval-turns`.
 """
 
 from __future__ import annotations
@@ -35,14 +37,6 @@ from engine.vad import FrameScore
 
 Eagerness = Literal["low", "medium", "high", "auto"]
 
-# Silence before a pause is scored (a shorter gap is within speech).
-CANDIDATE_PAUSE_MS = 200
-# At or above this probability the turn is taken as finished.
-CONFIDENT_PROBABILITY = 0.5
-# Silence that ends a turn the model is confident about, per eagerness.
-CONFIDENT_SILENCE_MS: dict[str, int] = {"low": 300, "medium": 250, "high": 200}
-# While unsure, the pause is scored again after this much more silence (None: never).
-RESCORE_MS: int | None = None
 # OpenAI's maximum waits: a pause this long always ends the turn.
 MAX_WAIT_MS: dict[str, int] = {"low": 8000, "medium": 4000, "high": 2000}
 # No model, or it could not score: server_vad's default silence.
@@ -51,21 +45,29 @@ FALLBACK_SILENCE_MS = 500
 
 @dataclass(frozen=True)
 class TurnCurve:
-    """How a pause's score becomes the silence that ends the turn: the constants
-    above as one value, so an evaluation can try others (bench/turns/sweep.py)."""
+    """How a pause's score becomes the silence that ends the turn."""
 
-    candidate_pause_ms: int = CANDIDATE_PAUSE_MS
-    confident_probability: float = CONFIDENT_PROBABILITY
-    confident_silence_ms: tuple[tuple[str, int], ...] = tuple(CONFIDENT_SILENCE_MS.items())
+    candidate_pause_ms: int  # silence before a pause is scored (shorter: within speech)
+    confident_probability: float  # at or above it the turn is taken as finished
+    confident_silence_ms: int  # the silence that ends a turn the model is sure of
     # While the model is unsure, score the pause again after this much more silence
     # (its score rises as the silence grows); None: once per pause.
-    rescore_ms: int | None = RESCORE_MS
-
-    def confident_silence(self, eagerness: str) -> int:
-        return dict(self.confident_silence_ms)[eagerness]
+    rescore_ms: int | None = None
 
 
-DEFAULT_CURVE = TurnCurve()
+# One curve per eagerness, chosen on `python -m bench.turns.sweep` (docs/turn-taking.md):
+# on the evaluation's voices the model is as sure of many unfinished phrases as of
+# finished questions, so no curve is both quick and patient; each eagerness takes
+# one end of the measured front. medium (and auto): answer quickly, taking the model's
+# word at 0.7; low: let the user take their time, a turn ends on a near-certain score
+# and 750 ms, or the long wait; high: the quickest end the model allows.
+CURVES: dict[str, TurnCurve] = {
+    "low": TurnCurve(120, 0.98, 750, rescore_ms=400),
+    "medium": TurnCurve(120, 0.7, 150),
+    "high": TurnCurve(120, 0.5, 100),
+}
+
+
 NEVER = 1 << 30  # ms of silence
 
 
@@ -77,8 +79,12 @@ def max_wait_ms(eagerness: Eagerness) -> int:
     return MAX_WAIT_MS[effective_eagerness(eagerness)]
 
 
+def curve_for(eagerness: Eagerness) -> TurnCurve:
+    return CURVES[effective_eagerness(eagerness)]
+
+
 def silence_needed_ms(
-    eagerness: Eagerness, probability: float | None, curve: TurnCurve = DEFAULT_CURVE
+    eagerness: Eagerness, probability: float | None, curve: TurnCurve | None = None
 ) -> int:
     """Silence (from the end of speech) that ends the turn, given the model's
     probability that the user has finished: short when confident, scaled up
@@ -86,7 +92,8 @@ def silence_needed_ms(
     cap = max_wait_ms(eagerness)
     if probability is None:
         return min(FALLBACK_SILENCE_MS, cap)
-    short = curve.confident_silence(effective_eagerness(eagerness))
+    curve = curve or curve_for(eagerness)
+    short = curve.confident_silence_ms
     p = min(max(probability, 0.0), 1.0)
     if p >= curve.confident_probability:
         return short
@@ -121,15 +128,19 @@ class SemanticTurnDetector(TurnDetector):
     """
 
     def __init__(
-        self, params: SemanticVadParams, *, scoring: bool = True, curve: TurnCurve = DEFAULT_CURVE
+        self,
+        params: SemanticVadParams,
+        *,
+        scoring: bool = True,
+        curve: TurnCurve | None = None,
     ) -> None:
         super().__init__(params)
         self.eagerness: Eagerness = params.eagerness
         self.scoring = scoring
-        self.curve = curve
+        self.curve = curve or curve_for(params.eagerness)
         self._pause_id = 0
         self._candidate: int | None = None  # id of the pause being scored
-        self._next_score_ms = curve.candidate_pause_ms  # silence that raises the next one
+        self._next_score_ms = self.curve.candidate_pause_ms  # silence that raises the next one
         self._needed_ms = self._initial_needed()
         self._last_end_ms = 0
 

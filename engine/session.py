@@ -60,7 +60,7 @@ from engine.session_config import (
     to_wire,
     unhonoured,
 )
-from engine.speculation import Speculation, Step, speculation_step
+from engine.speculation import SPECULATE_AFTER_MS, Speculation, Step, speculation_step
 from engine.transcription import InputTranscription, TranscriptionFinished
 from engine.turns import (
     PauseCandidate,
@@ -505,7 +505,12 @@ class Session:
     def _speculate(self) -> None:
         detector = self.detector
         pause_ms = detector.pause_ms if detector is not None else None
-        step = speculation_step(pause_ms, self.speculation.item_id is not None)
+        after_ms = (
+            detector.curve.candidate_pause_ms
+            if isinstance(detector, SemanticTurnDetector)
+            else SPECULATE_AFTER_MS
+        )
+        step = speculation_step(pause_ms, self.speculation.item_id is not None, after_ms)
         if step is Step.DISCARD:
             self.speculation.discard()
         elif step is Step.BEGIN and self._speech is not None:

@@ -14,9 +14,9 @@ from enum import Enum
 
 from models.base import Executor, PromptItem
 
-# Silence in a turn after which the model begins on it: about where semantic_vad
-# first scores a pause (CANDIDATE_PAUSE_MS); server_vad's 500 ms window then still
-# has 300 ms to run.
+# server_vad: silence in a turn after which the model begins on it (its 500 ms window
+# then still has 300 ms to run). semantic_vad begins where it first scores a pause
+# (its curve's candidate_pause_ms), since a confident score ends the turn soon after.
 SPECULATE_AFTER_MS = 200
 
 
@@ -25,12 +25,14 @@ class Step(Enum):
     DISCARD = "discard"
 
 
-def speculation_step(pause_ms: int | None, speculating: bool) -> Step | None:
+def speculation_step(
+    pause_ms: int | None, speculating: bool, after_ms: int = SPECULATE_AFTER_MS
+) -> Step | None:
     """What to do after the detector took a batch of frames: `pause_ms` is the
     silence so far in the turn in progress (None: in speech, or no turn)."""
     if speculating:
         return Step.DISCARD if pause_ms is None else None  # the user went on
-    if pause_ms is not None and pause_ms >= SPECULATE_AFTER_MS:
+    if pause_ms is not None and pause_ms >= after_ms:
         return Step.BEGIN
     return None
 

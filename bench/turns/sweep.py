@@ -43,11 +43,11 @@ from bench.turns.score import summarize
 from bench.turns.stream import CHUNK_MS
 from bench.turns.synth import EspeakMissing
 from engine.semantic_turns import (
-    DEFAULT_CURVE,
     Eagerness,
     SemanticTurnDetector,
     SemanticVadParams,
     TurnCurve,
+    curve_for,
 )
 from engine.turns import ServerVadParams, TurnDetector
 from engine.vad import SileroOnnxBackend
@@ -57,9 +57,8 @@ SCORE_CACHE = CACHE_DIR / "smart-turn-v3.2-scores.json"
 
 CANDIDATE_PAUSE_MS = (120, 160, 200)
 CONFIDENT_PROBABILITY = (0.3, 0.5, 0.7, 0.9)
-CONFIDENT_SILENCE_MS = (150, 200, 250, 300)  # medium's; low waits 50 ms more, high 50 less
+CONFIDENT_SILENCE_MS = (150, 200, 250, 300)
 RESCORE_MS: tuple[int | None, ...] = (None, 200, 400)
-EAGERNESS_STEP_MS = 50
 
 # The targets at eagerness auto (docs/turn-taking.md).
 MAX_CUT_OFFS = 2
@@ -70,14 +69,7 @@ NOISY_SETS = ("snr10", "snr5")
 def curve_of(
     candidate_pause_ms: int, confident_probability: float, silence_ms: int, rescore_ms: int | None
 ) -> TurnCurve:
-    """A curve whose confident silence is `silence_ms` at medium (and auto),
-    `EAGERNESS_STEP_MS` more at low and less at high, as the defaults are spaced."""
-    silences = (
-        ("low", silence_ms + EAGERNESS_STEP_MS),
-        ("medium", silence_ms),
-        ("high", silence_ms - EAGERNESS_STEP_MS),
-    )
-    return TurnCurve(candidate_pause_ms, confident_probability, silences, rescore_ms)
+    return TurnCurve(candidate_pause_ms, confident_probability, silence_ms, rescore_ms)
 
 
 def grid(
@@ -92,10 +84,10 @@ def grid(
     ]
 
 
-def label(curve: TurnCurve, eagerness: str = "medium") -> str:
-    """ "200/0.5/250/-": candidate pause, confident probability, confident silence at
-    `eagerness`, rescore (- for once)."""
-    silence = curve.confident_silence("medium" if eagerness == "auto" else eagerness)
+def label(curve: TurnCurve) -> str:
+    """ "200/0.5/250/-": candidate pause, confident probability, confident silence,
+    rescore (- for once)."""
+    silence = curve.confident_silence_ms
     rescore = "-" if curve.rescore_ms is None else str(curve.rescore_ms)
     return f"{curve.candidate_pause_ms}/{curve.confident_probability:g}/{silence}/{rescore}"
 
@@ -151,7 +143,7 @@ def preference(row: Row, reference: Row) -> tuple[Any, ...]:
     a longer candidate pause)."""
     met = targets(row, reference)
     p90 = row.committed("complete", "p90")
-    curve = row.curve or DEFAULT_CURVE
+    curve = row.curve or curve_for("auto")
     return (
         not all(met.values()),
         max(row.cut_offs - MAX_CUT_OFFS, 0),
@@ -222,7 +214,7 @@ def sweep(
         trail_ms = SEMANTIC_MAX_WAIT_MS[eagerness] + SEMANTIC_MARGIN_MS
         for curve in curves:
             new_detector = partial(SemanticTurnDetector, params, scoring=True, curve=curve)
-            name = f"semantic_vad/{eagerness} {label(curve, eagerness)}"
+            name = f"semantic_vad/{eagerness} {label(curve)}"
             rows.append(
                 measure(
                     name,
@@ -256,9 +248,7 @@ def smart_turn() -> Model | None:
 def row_json(row: Row, reference: Row) -> dict[str, Any]:
     out: dict[str, Any] = {"name": row.name, "eagerness": row.eagerness}
     if row.curve is not None:
-        out["curve"] = asdict(row.curve) | {
-            "confident_silence_ms": dict(row.curve.confident_silence_ms)
-        }
+        out["curve"] = asdict(row.curve)
         out["targets"] = targets(row, reference)
     return out | {"sets": row.sets}
 
@@ -279,14 +269,14 @@ def table_line(row: Row, reference: Row) -> str:
     )
 
 
-def table(reference: Row, fronts: dict[str, list[Row]], chosen: Row, default: Row) -> str:
+def table(reference: Row, fronts: dict[str, list[Row]], chosen: Row, defaults: list[Row]) -> str:
     lines = [
         "committed at client after the true end of speech, ms; missed/extra on the noisy sets",
         "mode curve (candidate/p_confident/silence/rescore) | hesitation cut-offs"
         " | complete cut-offs | complete p50/p90 | snr10 missed/extra | snr5 missed/extra"
         " | targets met",
         table_line(reference, reference),
-        table_line(default, reference) + "  (the current defaults)",
+        *(table_line(d, reference) + "  (the shipped curve)" for d in defaults),
     ]
     for eagerness, front in fronts.items():
         lines.append(f"Pareto front, {eagerness}:")
@@ -364,21 +354,17 @@ def main(argv: list[str] | None = None, model: Model | None = None) -> int:
         reference, rows = sweep(
             items, curves, args.eagerness, scores, args.score_delay_ms, args.delivery_ms
         )
-        # The current defaults, at the first eagerness swept, whether or not in the grid.
-        default = sweep(
-            items,
-            [DEFAULT_CURVE],
-            args.eagerness[:1],
-            scores,
-            args.score_delay_ms,
-            args.delivery_ms,
-        )[1][0]
+        # The shipped curve of each eagerness swept, whether or not in the grid.
+        defaults = [
+            sweep(items, [curve_for(e)], [e], scores, args.score_delay_ms, args.delivery_ms)[1][0]
+            for e in args.eagerness
+        ]
     finally:
         scores.save()
     fronts = {e: pareto([r for r in rows if r.eagerness == e], reference) for e in args.eagerness}
     first = [r for r in rows if r.eagerness == args.eagerness[0]]
     chosen = min(first, key=lambda r: preference(r, reference))
-    print(table(reference, fronts, chosen, default))
+    print(table(reference, fronts, chosen, defaults))
     report = {
         "seed": args.seed,
         "chunk_ms": CHUNK_MS,
@@ -394,7 +380,7 @@ def main(argv: list[str] | None = None, model: Model | None = None) -> int:
             "noisy": "missed and extra no more than server_vad/silero",
         },
         "reference": row_json(reference, reference),
-        "default": row_json(default, reference),
+        "defaults": [row_json(d, reference) for d in defaults],
         "recommended": row_json(chosen, reference),
         "front": {e: [r.name for r in front] for e, front in fronts.items()},
         "curves": [row_json(r, reference) for r in rows],

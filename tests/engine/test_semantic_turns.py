@@ -9,8 +9,7 @@ import pytest
 
 from engine.end_of_turn import END_OF_TURN_RATE
 from engine.semantic_turns import (
-    CANDIDATE_PAUSE_MS,
-    CONFIDENT_SILENCE_MS,
+    CURVES,
     FALLBACK_SILENCE_MS,
     MAX_WAIT_MS,
     SemanticTurnDetector,
@@ -25,6 +24,13 @@ from engine.vad import FrameScore
 
 S, Q = 1.0, 0.0  # speech, quiet
 FRAME_MS = 20
+# The detector's tests use curves of their own, so the tuned ones can change freely.
+CANDIDATE_PAUSE_MS = 200
+TEST_CURVES = {
+    "low": TurnCurve(CANDIDATE_PAUSE_MS, 0.5, 300),
+    "medium": TurnCurve(CANDIDATE_PAUSE_MS, 0.5, 250),
+    "high": TurnCurve(CANDIDATE_PAUSE_MS, 0.5, 200),
+}
 
 
 def frames(scores: Sequence[float], start_ms: int = 0) -> list[FrameScore]:
@@ -55,21 +61,29 @@ def test_max_waits_are_openais() -> None:
 @pytest.mark.parametrize("eagerness", ["low", "medium", "high", "auto"])
 def test_silence_needed_is_short_when_confident_and_grows_with_doubt(eagerness: str) -> None:
     e = eagerness  # type: ignore[assignment]
-    short = silence_needed_ms(e, 0.9)
-    assert short == silence_needed_ms(e, 0.5) <= 300
-    assert silence_needed_ms(e, 0.4) > short
-    assert silence_needed_ms(e, 0.1) > silence_needed_ms(e, 0.4)
+    sure = CURVES["medium" if e == "auto" else e].confident_probability
+    short = silence_needed_ms(e, 1.0)
+    assert short == silence_needed_ms(e, sure) < max_wait_ms(e)
+    assert silence_needed_ms(e, sure - 0.05) > short
+    assert silence_needed_ms(e, 0.1) > silence_needed_ms(e, sure - 0.05)
     assert silence_needed_ms(e, 0.0) == max_wait_ms(e)  # never past the cap
     assert silence_needed_ms(e, -1.0) == max_wait_ms(e)  # out-of-range scores clamp
     assert silence_needed_ms(e, None) == FALLBACK_SILENCE_MS == 500
 
 
 def test_lower_eagerness_waits_at_least_as_long() -> None:
-    for p in (0.0, 0.2, 0.45, 0.8):
+    for p in (0.0, 0.2, 0.45, 0.6, 0.8, 0.99):
         assert silence_needed_ms("low", p) >= silence_needed_ms("medium", p)
         assert silence_needed_ms("medium", p) >= silence_needed_ms("high", p)
         assert silence_needed_ms("auto", p) == silence_needed_ms("medium", p)
-    assert CONFIDENT_SILENCE_MS["high"] <= CONFIDENT_SILENCE_MS["low"] < MAX_WAIT_MS["high"]
+    assert CURVES["low"].confident_probability >= CURVES["medium"].confident_probability
+    assert CURVES["medium"].confident_probability >= CURVES["high"].confident_probability
+
+
+def test_an_explicit_curve_overrides_the_eagerness_one() -> None:
+    curve = TurnCurve(200, 0.5, 250)
+    assert silence_needed_ms("auto", 0.5, curve) == 250
+    assert silence_needed_ms("auto", 0.25, curve) == 250 + (4000 - 250) // 2
 
 
 def test_turn_audio_is_the_last_8_s_at_16_khz() -> None:
@@ -85,7 +99,9 @@ def test_turn_audio_is_the_last_8_s_at_16_khz() -> None:
 
 
 def detector(eagerness: str = "auto", scoring: bool = True) -> SemanticTurnDetector:
-    return SemanticTurnDetector(SemanticVadParams(eagerness=eagerness), scoring=scoring)  # type: ignore[arg-type]
+    curve = TEST_CURVES["medium" if eagerness == "auto" else eagerness]
+    params = SemanticVadParams(eagerness=eagerness)  # type: ignore[arg-type]
+    return SemanticTurnDetector(params, scoring=scoring, curve=curve)
 
 
 def test_candidate_after_the_pause_then_confident_score_commits_at_once() -> None:
@@ -116,7 +132,7 @@ def test_unsure_score_waits_longer() -> None:
     t = speak(det)
     quiet(det, CANDIDATE_PAUSE_MS, t)
     assert det.decide(1, 0.2) is None
-    needed = silence_needed_ms("auto", 0.2)
+    needed = silence_needed_ms("auto", 0.2, TEST_CURVES["medium"])
     assert needed == 2500  # a whole number of frames, for the exact check below
     assert quiet(det, needed - CANDIDATE_PAUSE_MS - FRAME_MS, t + CANDIDATE_PAUSE_MS) == []
     assert det.in_speech
@@ -189,7 +205,7 @@ def test_reset_makes_a_pending_score_stale() -> None:
 
 
 def test_an_unsure_pause_is_scored_again_as_the_silence_grows() -> None:
-    curve = TurnCurve(candidate_pause_ms=200, rescore_ms=200)
+    curve = TurnCurve(200, 0.5, 250, rescore_ms=200)
     det = SemanticTurnDetector(SemanticVadParams(eagerness="auto"), curve=curve)
     t = speak(det)
     assert quiet(det, 200, t) == [PauseCandidate(pause_id=1, audio_end_ms=t + 200)]
@@ -206,7 +222,7 @@ def test_an_unsure_pause_is_scored_again_as_the_silence_grows() -> None:
 
 
 def test_without_rescoring_a_pause_is_scored_once() -> None:
-    det = SemanticTurnDetector(SemanticVadParams(), curve=TurnCurve(rescore_ms=None))
+    det = SemanticTurnDetector(SemanticVadParams(), curve=TurnCurve(200, 0.5, 250))
     t = speak(det)
     quiet(det, CANDIDATE_PAUSE_MS, t)
     assert det.decide(1, 0.1) is None
