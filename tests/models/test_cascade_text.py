@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from models.base import Prompt, PromptItem
+from models.cascade.llm import cpu_flags, default_compute_type
 from models.cascade.text import (
     DEFAULT_INSTRUCTIONS,
     ChatMessage,
@@ -96,3 +99,14 @@ def test_keep_recent_history_window() -> None:
     assert keep_recent(chat, 2) == chat
     assert keep_recent(chat, 8) == chat
     assert keep_recent(chat[:1], 3) == chat[:1]
+
+
+def test_int8_is_chosen_where_the_cpu_has_vnni(tmp_path: Path) -> None:
+    assert default_compute_type(frozenset({"avx2", "avx512f", "avx512_vnni"})) == "int8"
+    assert default_compute_type(frozenset({"avx2", "avx_vnni"})) == "int8"
+    assert default_compute_type(frozenset({"avx2", "fma"})) == "float32"
+    assert default_compute_type(frozenset()) == "float32"
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_vnni\n\nprocessor\t: 1\n")
+    assert cpu_flags(info) == frozenset({"fpu", "avx2", "avx512_vnni"})
+    assert cpu_flags(tmp_path / "missing") == frozenset()
