@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--speed", type=float, default=1.0, help="stream this many times faster than real time"
     )
-    p.add_argument("--concurrency", type=int, default=8, help="streams at once (default 8)")
+    p.add_argument("--concurrency", type=int, default=4, help="streams at once (default 4)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "turns.json")
     return p
 
