@@ -20,7 +20,7 @@ from engine.session_config import (
     tool_choice_name,
     tools_from_wire,
 )
-from models.base import Prompt, Tool
+from models.base import Prompt, PromptItem, Tool
 
 CancelReason = Literal["turn_detected", "client_cancelled"]
 CONVERSATION = "conversation"  # the output lane of the default conversation
@@ -185,6 +185,26 @@ def prompt_for(
         max_output_tokens=None if limit == "inf" else int(limit),
         tools=request.tools if request.tools is not None else config.tools,
         tool_choice=request.tool_choice or config.tool_choice,
+    )
+
+
+def speculative_prompt(
+    request_id: str, items: list[Item], turn: PromptItem, config: SessionConfig, session_id: str
+) -> Prompt:
+    """The prompt the response to `turn` (not committed yet) will have if the turn
+    commits as it is and the response is the session's own (`create_response`): the
+    conversation, then the turn; the session's settings (`prompt_for` with a request
+    that sets nothing)."""
+    limit = config.max_output_tokens
+    return Prompt(
+        request_id=request_id,
+        session_id=session_id,
+        instructions=config.instructions,
+        items=(*(prompt_item(i) for i in items), turn),
+        output_modalities=config.output_modalities,
+        max_output_tokens=None if limit == "inf" else int(limit),
+        tools=config.tools,
+        tool_choice=config.tool_choice,
     )
 
 

@@ -83,6 +83,12 @@ def curve_for(eagerness: Eagerness) -> TurnCurve:
     return CURVES[effective_eagerness(eagerness)]
 
 
+def looks_final(probability: float | None, curve: TurnCurve) -> bool:
+    """Whether the model is sure enough that the turn has ended to begin answering
+    it speculatively (the turn ends once the silence reaches the curve's)."""
+    return probability is not None and probability >= curve.confident_probability
+
+
 def silence_needed_ms(
     eagerness: Eagerness, probability: float | None, curve: TurnCurve | None = None
 ) -> int:

@@ -46,10 +46,16 @@ from engine.limits import EngineLimits
 from engine.observer import Observer
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
-from engine.response import ResponseFinished, ResponseRequest, request_from_create
+from engine.response import (
+    ResponseFinished,
+    ResponseRequest,
+    request_from_create,
+    speculative_prompt,
+)
 from engine.semantic_turns import (
     SemanticTurnDetector,
     SemanticVadParams,
+    looks_final,
     silence_needed_ms,
     turn_audio,
 )
@@ -489,6 +495,8 @@ class Session:
         stop = detector.decide(message.pause_id, message.probability)  # stale: None
         if stop is not None:
             await self._on_turn_event(stop, None)
+        elif looks_final(message.probability, detector.curve) and detector.in_speech:
+            self._speculate_response()
 
     def _drop_stale_score(self) -> None:
         """Cancel scoring for a pause the detector no longer waits on (speech resumed,
@@ -517,6 +525,22 @@ class Session:
             item_id, start = self._speech
             audio = self.buffer.copy(start, self.buffer.end)
             self.speculation.begin(PromptItem(item_id, "user", audio=audio, rate=PCM_RATE))
+
+    def _speculate_response(self) -> None:
+        """The pause looks final but must grow before the turn ends: begin the answer
+        the commit would ask for, if it would ask for one at once (see
+        models/speculative_responses.py)."""
+        params = self.config.turn_detection
+        if params is None or not params.create_response or self.responder.active is not None:
+            return
+        if self._speech is None or self.speculation.item_id != self._speech[0]:
+            return  # the turn itself is not being speculated on
+        item_id, start = self._speech
+        turn = PromptItem(item_id, "user", audio=self.buffer.copy(start, self.buffer.end))
+        prompt = speculative_prompt(
+            self.ids.new("resp"), self.conversation.items, turn, self.config, self.session_id
+        )
+        self.executor.speculate_response(prompt)
 
     def _cancel_score(self) -> None:
         if self._scoring is not None:

@@ -86,6 +86,11 @@ class ExecutorStats:
     def mark(self, key: str, milestone: str) -> None:
         self.marks.setdefault(key, {}).setdefault(milestone, time.monotonic())
 
+    def share_marks(self, key: str, with_key: str) -> None:
+        """`key`'s marks are `with_key`'s, past and future (a response that adopted a
+        speculative one)."""
+        self.marks[key] = self.marks.setdefault(with_key, {})
+
 
 class Executor(ABC):
     name: str = "executor"
@@ -111,9 +116,15 @@ class Executor(ABC):
         item, which has the same id, may use the work; if the user goes on, the
         session calls `discard_speculation`."""
 
+    def speculate_response(self, prompt: Prompt) -> None:  # noqa: B027 - optional hook
+        """Begin the response to a turn that is not committed yet (the last item of
+        `prompt`, after `speculate` of it) when the pause looks final; never emits
+        anything. The response asked for once the turn commits may adopt it in
+        `generate` if its prompt is the same conversation."""
+
     def discard_speculation(self, item_id: str) -> None:  # noqa: B027 - optional hook
-        """Throw away `speculate`'s work on `item_id`: the turn went on, or was
-        dropped."""
+        """Throw away `speculate`'s (and `speculate_response`'s) work on `item_id`:
+        the turn went on, or was dropped."""
 
     @abstractmethod
     def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:

@@ -238,7 +238,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             body["audio"] = {"voice": o.voice, "format": "pcm16"}
         return body
 
-    async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+    async def _generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         request_id = prompt.request_id
         if self._aborted_before_start(request_id):
             return

@@ -7,13 +7,15 @@ reply's text from its model and how it stops a request there."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from models.base import Executor, ExecutorStats, OutputChunk, PromptItem
+from models.base import Executor, ExecutorStats, OutputChunk, Prompt, PromptItem
+from models.speculative_responses import SpeculativeResponses
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
 from models.speech.transcripts import SpeculationStats, Transcripts
@@ -49,6 +51,11 @@ class TextThenSpeechExecutor(Executor, Generic[R]):
         self._owns_tts = owns_tts
         self._requests: dict[str, R] = {}
         self._aborted_early: OrderedDict[str, None] = OrderedDict()
+        # The model hears the turn's audio itself, so a speculative response is the
+        # plain request on the turn so far.
+        self.responses = SpeculativeResponses(
+            self._generate, self._abort, self.transcripts.speculation
+        )
 
     async def prepare(self, item: PromptItem) -> None:
         if item.role == "user" and item.text is None:
@@ -59,7 +66,27 @@ class TextThenSpeechExecutor(Executor, Generic[R]):
             self.transcripts.speculate(item)
 
     def discard_speculation(self, item_id: str) -> None:
+        self.responses.discard(item_id)
         self.transcripts.discard(item_id)
+
+    def speculate_response(self, prompt: Prompt) -> None:
+        if prompt.items:
+            self.responses.begin(prompt, prompt.items[-1].id)
+
+    async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        adopted = self.responses.take(prompt)
+        if adopted is None:
+            chunks = self._generate(prompt)
+        else:
+            self.stats.share_marks(prompt.request_id, self.responses.resolve(prompt.request_id))
+            chunks = adopted
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
+
+    @abstractmethod
+    def _generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        """The request at the model, its reply spoken (the executor's own)."""
 
     @property
     def speculation(self) -> SpeculationStats:
@@ -89,6 +116,9 @@ class TextThenSpeechExecutor(Executor, Generic[R]):
         )
 
     async def abort(self, request_id: str) -> None:
+        await self._abort(self.responses.resolve(request_id))
+
+    async def _abort(self, request_id: str) -> None:
         state = self._requests.get(request_id)
         if state is None:
             # Not started (cancelled before it reached the model): never start it.
@@ -104,6 +134,7 @@ class TextThenSpeechExecutor(Executor, Generic[R]):
         """Stop a request the model is working on."""
 
     async def aclose(self) -> None:
+        await self.responses.aclose()
         await self.transcripts.aclose()
         if self._owns_tts:
             await asyncio.to_thread(self.speaker.tts.close)

@@ -223,7 +223,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
             log.info("starting vLLM engine for %s (%s prompts)", self.options.model, self.style)
             self.engine = self.backend.start_engine(self.options, self.style)
 
-    async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+    async def _generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         if self.engine is None:
             raise RuntimeError("the vLLM engine is not running (the server is starting)")
         engine = self.engine

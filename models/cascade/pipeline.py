@@ -21,11 +21,12 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from models.base import PCM_RATE, Executor, ExecutorStats, OutputChunk, Prompt, PromptItem
 from models.cascade.llm import LanguageModel
 from models.cascade.text import ChatMessage, chat_messages
+from models.speculative_responses import SpeculativeResponses
 from models.speech.asr import SpeechRecognizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, SpeakOutcome, speak_text
@@ -72,6 +73,9 @@ class CascadeExecutor(Executor):
             asr, self.slots["asr"], cache=transcript_cache, on_recognized=self._recognized
         )
         self._aborts: dict[str, threading.Event] = {}
+        self.responses = SpeculativeResponses(
+            self._speculated, self.abort, self.transcripts.speculation
+        )
 
     @property
     def queued(self) -> int:
@@ -79,7 +83,7 @@ class CascadeExecutor(Executor):
 
     def running(self, request_id: str) -> bool:
         """Whether the response `request_id` still has model work in flight."""
-        return request_id in self._aborts
+        return self.responses.resolve(request_id) in self._aborts
 
     def transcript(self, item_id: str) -> str | None:
         """The recognized text of a user item, once transcribed."""
@@ -97,6 +101,7 @@ class CascadeExecutor(Executor):
             self.transcripts.speculate(item)
 
     def discard_speculation(self, item_id: str) -> None:
+        self.responses.discard(item_id)
         self.transcripts.discard(item_id)
 
     @property
@@ -116,6 +121,36 @@ class CascadeExecutor(Executor):
     # --- a response -------------------------------------------------------------------
 
     async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        adopted = self.responses.take(prompt)
+        if adopted is None:
+            chunks = self._generate(prompt)
+        else:
+            # The speculated answer to this turn: its marks are this response's too.
+            self.stats.share_marks(prompt.request_id, self.responses.resolve(prompt.request_id))
+            chunks = adopted
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
+
+    def speculate_response(self, prompt: Prompt) -> None:
+        if prompt.items and self.slots["llm"].idle:
+            self.responses.begin(prompt, prompt.items[-1].id)
+
+    async def _speculated(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        """A speculative response: its turn (not committed) read from the speculative
+        recognition, which it never adopts; nothing if there is none."""
+        *before, turn = prompt.items
+        text = await self.transcripts.speculative_text(turn.id)
+        if not text:
+            return
+        heard = PromptItem(turn.id, turn.role, text=text)
+        async with contextlib.aclosing(
+            self._generate(replace(prompt, items=(*before, heard)))
+        ) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def _generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         stop = self._aborts.setdefault(prompt.request_id, threading.Event())
         self.stats.mark(prompt.request_id, "started")
         try:
@@ -199,11 +234,12 @@ class CascadeExecutor(Executor):
             yield piece
 
     async def abort(self, request_id: str) -> None:
-        event = self._aborts.get(request_id)
+        event = self._aborts.get(self.responses.resolve(request_id))
         if event is not None:
             event.set()
 
     async def aclose(self) -> None:
+        await self.responses.aclose()
         for event in self._aborts.values():
             event.set()
         await asyncio.to_thread(self.tts.close)

@@ -28,6 +28,10 @@ class SpeculationStats:
     discarded: int = 0  # thrown away: the user went on, or the turn was dropped
     skipped_busy: int = 0  # not begun: the recognizer was busy
     wasted_audio_s: float = 0.0  # audio of the discarded ones
+    # Responses begun at a pause that looked final (models/speculative_responses.py).
+    responses_started: int = 0
+    responses_used: int = 0  # adopted by the response to the committed turn
+    responses_discarded: int = 0
 
 
 @dataclass
@@ -101,6 +105,17 @@ class Transcripts:
         self._speculative[item.id] = _Speculative(task, len(item.audio) / item.rate)
         self.speculation.started += 1
         return True
+
+    async def speculative_text(self, item_id: str) -> str | None:
+        """The text of `item_id`'s speculative recognition once done, without adopting
+        it (the turn is not committed); None when there is none or it failed."""
+        spec = self._speculative.get(item_id)
+        if spec is None:
+            return None
+        try:
+            return await asyncio.shield(spec.task)
+        except Exception:
+            return None
 
     def discard(self, item_id: str) -> None:
         """Drop the speculative recognition of `item_id`, if any. A recognition

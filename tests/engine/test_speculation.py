@@ -12,11 +12,12 @@ import pytest
 
 from bench.speech import load_wav, silence
 from engine.speculation import SPECULATE_AFTER_MS, Step, speculation_step
-from models.base import PromptItem
+from models.base import Prompt, PromptItem
 from models.scripted import ScriptedExecutor
 from models.speech.slots import StageSlots
 from models.speech.transcripts import Transcripts
 from tests.support.audio import append_chunked
+from tests.support.end_of_turn import FakeEndOfTurn
 from tests.support.harness import Harness
 
 # --- the step ---------------------------------------------------------------------------
@@ -42,6 +43,7 @@ class Recording(ScriptedExecutor):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, str, int]] = []  # (hook, item id, samples)
+        self.responses: list[Prompt] = []  # speculate_response's prompts
 
     def speculate(self, item: PromptItem) -> None:
         assert item.audio is not None
@@ -49,6 +51,9 @@ class Recording(ScriptedExecutor):
 
     def discard_speculation(self, item_id: str) -> None:
         self.calls.append(("discard", item_id, 0))
+
+    def speculate_response(self, prompt: Prompt) -> None:
+        self.responses.append(prompt)
 
     async def prepare(self, item: PromptItem) -> None:
         assert item.audio is not None
@@ -90,6 +95,61 @@ async def test_clearing_the_buffer_discards_the_speculation() -> None:
         await h.send({"type": "input_audio_buffer.clear"})
         await h.settle()
         assert [hook for hook, _, _ in executor.calls] == ["speculate", "discard"]
+        assert h.of("input_audio_buffer.committed") == []
+
+
+LOW = {
+    "type": "session.update",
+    "session": {
+        "type": "realtime",
+        "instructions": "Be brief.",
+        "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}},
+    },
+}
+
+
+async def test_a_pause_that_looks_final_begins_the_answer_before_the_commit() -> None:
+    # eagerness low: a near-certain score still waits for 750 ms of silence.
+    executor, model = Recording(), FakeEndOfTurn()
+    async with Harness(executor, end_of_turn=model) as h:
+        await h.send(LOW)
+        await h.settle()
+        await append_chunked(h, np.concatenate([silence(300), load_wav("weather"), silence(300)]))
+        asked = await model.asked(h)
+        asked.set_result(0.99)
+        await h.run_until(lambda: len(executor.responses) == 1)
+        [speculated] = executor.responses
+        item_id = h.of("input_audio_buffer.speech_started")[0]["item_id"]
+        assert speculated.items[-1].id == item_id and speculated.items[-1].audio is not None
+        assert speculated.instructions == "Be brief."
+        assert h.of("input_audio_buffer.committed") == []  # nothing on the wire yet
+        assert h.of("response.created") == []
+        # The silence grows to 750 ms: the turn commits and its answer is asked for.
+        await append_chunked(h, silence(600))
+        await h.settle()
+        [committed] = h.of("input_audio_buffer.committed")
+        assert committed["item_id"] == item_id
+        assert len(h.responses_done()) == 1
+        assert ("discard", item_id, 0) not in executor.calls
+
+
+async def test_an_unsure_pause_begins_no_answer_and_speech_going_on_discards() -> None:
+    executor, model = Recording(), FakeEndOfTurn()
+    async with Harness(executor, end_of_turn=model) as h:
+        await h.send(LOW)
+        await h.settle()
+        speech = load_wav("weather")
+        await append_chunked(h, np.concatenate([silence(300), speech, silence(300)]))
+        (await model.asked(h)).set_result(0.2)
+        await h.steps(20)
+        assert executor.responses == []  # unsure: no answer begun
+        # A second pause looks final, then the user goes on.
+        await append_chunked(h, np.concatenate([speech, silence(300)]))
+        (await model.asked(h)).set_result(0.99)
+        await h.run_until(lambda: len(executor.responses) == 1)
+        item_id = executor.responses[0].items[-1].id
+        await append_chunked(h, speech)
+        await h.run_until(lambda: executor.calls[-1] == ("discard", item_id, 0))
         assert h.of("input_audio_buffer.committed") == []
 
 

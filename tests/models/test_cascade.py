@@ -12,15 +12,18 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from bench.speech import load_wav, silence
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.text import ChatMessage
 from models.speech.asr import WhisperRecognizer
 from models.speech.files import ModelInfo
 from models.speech.tts import PiperSynthesizer
-from tests.support.audio import say
+from tests.support.audio import append_chunked, say
+from tests.support.end_of_turn import FakeEndOfTurn
 from tests.support.harness import Harness
 from tests.support.hearing import QUESTIONS, wer
 
@@ -159,3 +162,49 @@ async def test_two_sessions_answered_while_a_third_waits(
     finally:
         for h in harnesses:
             await h.__aexit__(None, None, None)
+
+
+class CountingModel(StoryModel):
+    """StoryModel that counts the replies it was asked for."""
+
+    def __init__(self, *lengths: int) -> None:
+        super().__init__(*lengths)
+        self.calls = 0
+
+    def stream(
+        self, messages: Sequence[ChatMessage], *, max_tokens: int, stop: threading.Event
+    ) -> Iterator[str]:
+        self.calls += 1
+        yield from super().stream(messages, max_tokens=max_tokens, stop=stop)
+
+
+async def test_an_answer_begun_in_a_final_looking_pause_is_the_one_spoken(
+    asr: WhisperRecognizer, tts: PiperSynthesizer
+) -> None:
+    # semantic_vad low: a near-certain score, then 750 ms of silence before the commit;
+    # the answer begins in between, and the committed turn's response adopts it.
+    model = CountingModel(12)
+    executor = CascadeExecutor(asr, model, tts)
+    end_of_turn = FakeEndOfTurn()
+    low = {"type": "semantic_vad", "eagerness": "low"}
+    async with Harness(executor, end_of_turn=end_of_turn) as h:
+        await h.update_audio(input={"turn_detection": low})
+        await h.settle()
+        speech = np.concatenate([silence(300), load_wav("weather"), silence(300)])
+        await append_chunked(h, speech)
+        (await end_of_turn.asked(h)).set_result(0.99)
+        await h.wait_until(lambda: executor.speculation.responses_started == 1)
+        await h.wait_until(lambda: model.calls == 1)  # the model is answering already
+        assert h.of("input_audio_buffer.committed") == []
+        await append_chunked(h, silence(1000))
+        await h.wait_until(lambda: done_count(h) == 1)
+        response = h.responses_done()[0]
+        assert response["status"] == "completed", response
+        transcript = response["output"][0]["content"][0]["transcript"]
+        assert transcript.split()[:2] == ["word0", "word1"]
+        assert model.calls == 1, "the committed turn's answer is the one begun"
+        stats = executor.speculation
+        assert (stats.used, stats.responses_used, stats.responses_discarded) == (1, 1, 0)
+        item_id = h.of("input_audio_buffer.committed")[0]["item_id"]
+        assert "weather" in (executor.transcript(item_id) or "").lower()
+        assert not h.errors()

@@ -274,3 +274,58 @@ async def test_turns_are_transcribed_once_in_the_background_and_used_as_history(
     assert "what is the weather like" in sent["prompt"]  # the older turn, as its text
     assert len(sent["multi_modal_data"]["audio"]) == 1
     await ex.aclose()
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_speculative_request_is_adopted_by_the_same_conversation() -> None:
+    engine = FakeAsyncLLM()
+    ex, _ = make(engine)
+    await ex.start()
+    ex.speculate_response(prompt("resp_spec", audio=False))
+    await settle()
+    assert [rid for _, _, rid in engine.requests] == ["resp_spec"]  # begun at the model
+    # The committed turn's response: the same conversation under its own id.
+    chunks = [c async for c in ex.generate(prompt("resp_real", audio=False))]
+    assert text(chunks).startswith("I heard 1 clips.")
+    assert [rid for _, _, rid in engine.requests] == ["resp_spec"]  # no second request
+    assert ex.speculation.responses_used == 1
+    await ex.aclose()
+
+
+async def test_a_speculative_request_is_aborted_when_the_user_goes_on() -> None:
+    engine = FakeAsyncLLM()
+    engine.hold()
+    ex, _ = make(engine)
+    await ex.start()
+    ex.speculate_response(prompt("resp_spec", audio=False))
+    await settle()
+    ex.discard_speculation("u1")
+    for _ in range(100):
+        if "resp_spec" in engine.aborted:
+            break
+        await asyncio.sleep(0)
+    assert "resp_spec" in engine.aborted and "resp_spec" not in engine.running
+    await engine.free()
+    await ex.aclose()
+
+
+async def test_aborting_the_adopting_response_aborts_the_speculative_request() -> None:
+    engine = FakeAsyncLLM()
+    engine.hold()
+    ex, _ = make(engine)
+    await ex.start()
+    ex.speculate_response(prompt("resp_spec", audio=False))
+    await settle()
+    stream = ex.generate(prompt("resp_real", audio=False))
+    await engine.release(2)
+    first = await anext(stream)
+    assert first.text
+    await ex.abort("resp_real")  # a barge-in on the response that adopted it
+    assert "resp_spec" in engine.aborted
+    await stream.aclose()
+    await engine.free()
+    await ex.aclose()

@@ -1,0 +1,182 @@
+"""A response begun before its turn is committed (`Executor.speculate_response`): the
+model runs into a buffer and nothing is emitted. The response the session asks for
+once the turn commits adopts it (`take`) when its prompt is the same conversation,
+and replays the buffer, then the rest as it comes; any other prompt, speech going on
+(`discard`) or nobody asking within `UNCLAIMED_S` throws it away, stopping the model.
+
+One at a time per executor: a new speculation, or a real response that is not the
+speculated one, stops the running one first, so speculation never holds a model
+that committed work waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from models.base import OutputChunk, Prompt, PromptItem
+from models.speech.transcripts import SpeculationStats
+
+log = logging.getLogger(__name__)
+
+# A speculation not adopted this long after it began is stopped and dropped (its
+# turn never committed, or committed into no response).
+UNCLAIMED_S = 15.0
+
+Generate = Callable[[Prompt], AsyncGenerator[OutputChunk, None]]
+
+
+def same_conversation(speculated: Prompt, real: Prompt) -> bool:
+    """Whether `real` asks for what `speculated` began: the same settings and items,
+    the last (the speculated turn, committed since with some silence more) by id."""
+    settings = ("instructions", "output_modalities", "max_output_tokens", "tools", "tool_choice")
+    if any(getattr(speculated, s) != getattr(real, s) for s in settings):
+        return False
+    if speculated.session_id != real.session_id or len(speculated.items) != len(real.items):
+        return False
+    if not speculated.items:
+        return False
+    *before, turn = speculated.items
+    *real_before, real_turn = real.items
+    if (turn.id, turn.role) != (real_turn.id, real_turn.role):
+        return False
+    return all(_same_item(a, b) for a, b in zip(before, real_before, strict=True))
+
+
+def _same_item(a: PromptItem, b: PromptItem) -> bool:
+    fields = ("id", "role", "kind", "call_id", "name", "arguments", "output", "rate")
+    if any(getattr(a, f) != getattr(b, f) for f in fields):
+        return False
+    if (a.audio is None) != (b.audio is None):
+        return False
+    if a.audio is not None and b.audio is not None and len(a.audio) != len(b.audio):
+        return False
+    return a.text == b.text or a.text is None or b.text is None  # a transcript may arrive
+
+
+@dataclass
+class _Speculation:
+    item_id: str
+    prompt: Prompt
+    chunks: asyncio.Queue[OutputChunk | BaseException | None] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+    expiry: asyncio.TimerHandle | None = None
+
+
+class SpeculativeResponses:
+    """The executor's one speculative response. `generate` is the executor's own
+    (a prompt whose turn it can read without side effects: see each executor);
+    `abort` stops a request at the model by its id."""
+
+    def __init__(
+        self,
+        generate: Generate,
+        abort: Callable[[str], Awaitable[None]],
+        stats: SpeculationStats | None = None,
+    ) -> None:
+        self._generate = generate
+        self._abort = abort
+        self._running: _Speculation | None = None
+        self._aliases: dict[str, str] = {}  # adopting response id -> speculated request id
+        self._stopping: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
+        self.stats = stats if stats is not None else SpeculationStats()
+
+    def begin(self, prompt: Prompt, item_id: str) -> None:
+        self.discard()
+        spec = _Speculation(item_id, prompt)
+        spec.task = asyncio.get_running_loop().create_task(
+            self._run(spec), name=f"speculation:{prompt.request_id}"
+        )
+        spec.expiry = asyncio.get_running_loop().call_later(UNCLAIMED_S, self._expire, spec)
+        self._running = spec
+        self.stats.responses_started += 1
+
+    def discard(self, item_id: str | None = None) -> None:
+        """Stop and drop the speculation (only if it is `item_id`'s, when given)."""
+        spec = self._running
+        if spec is None or (item_id is not None and spec.item_id != item_id):
+            return
+        self._running = None
+        self.stats.responses_discarded += 1
+        self._stop(spec)
+
+    def take(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None] | None:
+        """The speculated response's chunks if `prompt` is what it began, adopted by
+        `prompt.request_id`; else None (and a running speculation is stopped: the
+        model is needed for this request)."""
+        spec = self._running
+        if spec is None:
+            return None
+        if not same_conversation(spec.prompt, prompt):
+            self.discard()
+            return None
+        self._running = None
+        if spec.expiry is not None:
+            spec.expiry.cancel()
+        self.stats.responses_used += 1
+        self._aliases[prompt.request_id] = spec.prompt.request_id
+        return self._replay(spec, prompt.request_id)
+
+    def resolve(self, request_id: str) -> str:
+        """The id the model knows a request by (an adopted speculation's own)."""
+        return self._aliases.get(request_id, request_id)
+
+    async def aclose(self) -> None:
+        self.discard()
+        await asyncio.gather(*self._stopping, return_exceptions=True)
+
+    async def _run(self, spec: _Speculation) -> None:
+        try:
+            async with contextlib.aclosing(self._generate(spec.prompt)) as chunks:
+                async for chunk in chunks:
+                    spec.chunks.put_nowait(chunk)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the adopting response reports it
+            spec.chunks.put_nowait(exc)
+        finally:
+            spec.chunks.put_nowait(None)
+
+    async def _replay(
+        self, spec: _Speculation, request_id: str
+    ) -> AsyncGenerator[OutputChunk, None]:
+        try:
+            while (chunk := await spec.chunks.get()) is not None:
+                if isinstance(chunk, BaseException):
+                    raise chunk
+                yield chunk
+        finally:
+            self._aliases.pop(request_id, None)
+            task = spec.task
+            if task is not None and not task.done():
+                await self._abort(spec.prompt.request_id)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def _expire(self, spec: _Speculation) -> None:
+        if self._running is spec:
+            log.info("speculative response %s was never claimed", spec.prompt.request_id)
+            self.discard()
+
+    def _stop(self, spec: _Speculation) -> None:
+        if spec.expiry is not None:
+            spec.expiry.cancel()
+        task = spec.task
+        if task is None or task.done():
+            return
+
+        async def stop() -> None:
+            await self._abort(spec.prompt.request_id)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        stopping = asyncio.get_running_loop().create_task(
+            stop(), name=f"stop:{spec.prompt.request_id}"
+        )
+        self._stopping.add(stopping)
+        stopping.add_done_callback(self._stopping.discard)

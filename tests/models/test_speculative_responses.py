@@ -1,0 +1,135 @@
+"""A response begun before its turn commits: adopted by the same conversation's
+response (buffer replayed, then the rest), thrown away otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from models import speculative_responses
+from models.base import OutputChunk, Prompt, PromptItem
+from models.speculative_responses import SpeculativeResponses, same_conversation
+
+
+def turn(samples: int = 4800) -> PromptItem:
+    return PromptItem("item_2", "user", audio=np.zeros(samples, dtype=np.int16))
+
+
+def prompt(request_id: str = "resp_spec", *items: PromptItem) -> Prompt:
+    earlier = (
+        PromptItem("item_1", "user", text="hello"),
+        PromptItem("a_1", "assistant", text="hi"),
+    )
+    return Prompt(request_id, "Be brief.", (*earlier, *(items or (turn(),))), session_id="s1")
+
+
+class FakeModel:
+    """Yields the words of its reply, each once the test releases it."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Semaphore(0)
+        self.aborted: list[str] = []
+        self.closed = 0
+        self.started: list[str] = []
+
+    async def generate(self, p: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        self.started.append(p.request_id)
+        try:
+            for word in ("It", " is", " sunny."):
+                await self.release.acquire()
+                yield OutputChunk(text=word)
+        finally:
+            self.closed += 1
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+
+async def steps(n: int = 10) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_the_same_conversation_with_the_turn_committed_since() -> None:
+    speculated = prompt()
+    committed = prompt("resp_real", turn(7200))  # the turn with more silence after it
+    assert same_conversation(speculated, committed)
+    assert not same_conversation(speculated, replace(committed, instructions="Be long."))
+    assert not same_conversation(speculated, prompt("r", PromptItem("item_3", "user")))
+    edited = replace(
+        committed, items=(PromptItem("item_1", "user", text="bye"), *committed.items[1:])
+    )
+    assert not same_conversation(speculated, edited)
+    fewer = replace(committed, items=committed.items[1:])
+    assert not same_conversation(speculated, fewer)
+
+
+async def test_the_committed_turns_response_adopts_what_was_made_and_the_rest() -> None:
+    model = FakeModel()
+    responses = SpeculativeResponses(model.generate, model.abort)
+    responses.begin(prompt(), "item_2")
+    model.release.release()
+    await steps()  # "It" made while the turn was not committed
+    adopted = responses.take(prompt("resp_real", turn(7200)))
+    assert adopted is not None
+    assert responses.resolve("resp_real") == "resp_spec"
+    model.release.release()
+    model.release.release()
+    words = [c.text async for c in adopted]
+    assert words == ["It", " is", " sunny."]
+    assert model.started == ["resp_spec"] and model.aborted == []
+    assert responses.resolve("resp_real") == "resp_real"  # the alias ends with it
+    assert (responses.stats.responses_used, responses.stats.responses_discarded) == (1, 0)
+    await responses.aclose()
+
+
+async def test_another_conversation_stops_the_speculation() -> None:
+    model = FakeModel()
+    responses = SpeculativeResponses(model.generate, model.abort)
+    responses.begin(prompt(), "item_2")
+    await steps()
+    assert responses.take(replace(prompt("resp_real"), instructions="Other.")) is None
+    await responses.aclose()
+    assert model.aborted == ["resp_spec"] and model.closed == 1
+    assert responses.stats.responses_discarded == 1
+
+
+async def test_speech_going_on_discards_only_that_turns_speculation() -> None:
+    model = FakeModel()
+    responses = SpeculativeResponses(model.generate, model.abort)
+    responses.begin(prompt(), "item_2")
+    await steps()
+    responses.discard("item_9")  # another turn: not this one
+    assert model.aborted == []
+    responses.discard("item_2")
+    await responses.aclose()
+    assert model.aborted == ["resp_spec"] and model.closed == 1
+    assert responses.take(prompt("resp_real", turn(7200))) is None  # nothing left to adopt
+
+
+async def test_stopping_an_adopted_response_stops_the_model() -> None:
+    model = FakeModel()
+    responses = SpeculativeResponses(model.generate, model.abort)
+    responses.begin(prompt(), "item_2")
+    model.release.release()
+    adopted = responses.take(prompt("resp_real", turn(7200)))
+    assert adopted is not None
+    assert await anext(adopted) == OutputChunk(text="It")
+    await adopted.aclose()  # a barge-in
+    assert model.aborted == ["resp_spec"] and model.closed == 1
+    await responses.aclose()
+
+
+async def test_an_unclaimed_speculation_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(speculative_responses, "UNCLAIMED_S", 0.0)
+    model = FakeModel()
+    responses = SpeculativeResponses(model.generate, model.abort)
+    responses.begin(prompt(), "item_2")
+    await steps()  # the expiry runs on the next loop turn
+    await responses.aclose()
+    assert model.aborted == ["resp_spec"] and model.closed == 1
+    assert responses.take(prompt("resp_real", turn(7200))) is None
