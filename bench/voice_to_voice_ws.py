@@ -5,7 +5,8 @@ A Parley server with the embedded default executor, as `parley serve` builds it
 options, Silero, Smart Turn loaded for semantic_vad), runs as its own process; this
 process is the client, over a real WebSocket (`websockets`), so client and server
 share neither a loop nor a GIL. One session per turn-detection mode: server_vad (the
-default, nothing sent) and semantic_vad (eagerness auto, set by a session.update).
+default, nothing sent) and semantic_vad (eagerness auto, and low, set by a
+session.update).
 
 Each fixture is streamed as a microphone would: LEAD_MS of silence, the utterance,
 then silence for as long as the answer takes (the microphone stays open), in 20 ms
@@ -50,6 +51,9 @@ ACK_TIMEOUT_S = 10.0
 MODES: dict[str, dict[str, Any] | None] = {
     "server_vad": None,
     "semantic_vad": {"type": "semantic_vad", "eagerness": "auto"},
+    # low waits for 750 ms of silence even when the model is sure: the answer is
+    # begun speculatively meanwhile (engine/speculation.py).
+    "semantic_vad_low": {"type": "semantic_vad", "eagerness": "low"},
 }
 STAGES = {
     "vad_stop_ms": "end of speech -> speech_stopped at client",
