@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from models.base import OutputChunk, Prompt, PromptItem
+from models.base import ExecutorStats, OutputChunk, Prompt, PromptItem
 from models.speech.transcripts import SpeculationStats
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,19 @@ class SpeculativeResponses:
         self.stats.responses_used += 1
         self._aliases[prompt.request_id] = spec.prompt.request_id
         return self._replay(spec, prompt.request_id)
+
+    async def respond(
+        self, prompt: Prompt, fresh: Generate, stats: ExecutorStats
+    ) -> AsyncGenerator[OutputChunk, None]:
+        """An executor's `generate`: the adopted speculation's chunks (its marks are
+        the response's too), or `fresh(prompt)`."""
+        adopted = self.take(prompt)
+        if adopted is not None:
+            stats.share_marks(prompt.request_id, self.resolve(prompt.request_id))
+        chunks = fresh(prompt) if adopted is None else adopted
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
 
     def resolve(self, request_id: str) -> str:
         """The id the model knows a request by (an adopted speculation's own)."""

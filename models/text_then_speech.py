@@ -7,7 +7,6 @@ reply's text from its model and how it stops a request there."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
@@ -73,16 +72,8 @@ class TextThenSpeechExecutor(Executor, Generic[R]):
         if prompt.items:
             self.responses.begin(prompt, prompt.items[-1].id)
 
-    async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
-        adopted = self.responses.take(prompt)
-        if adopted is None:
-            chunks = self._generate(prompt)
-        else:
-            self.stats.share_marks(prompt.request_id, self.responses.resolve(prompt.request_id))
-            chunks = adopted
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                yield chunk
+    def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        return self.responses.respond(prompt, self._generate, self.stats)
 
     @abstractmethod
     def _generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:

@@ -120,17 +120,8 @@ class CascadeExecutor(Executor):
 
     # --- a response -------------------------------------------------------------------
 
-    async def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
-        adopted = self.responses.take(prompt)
-        if adopted is None:
-            chunks = self._generate(prompt)
-        else:
-            # The speculated answer to this turn: its marks are this response's too.
-            self.stats.share_marks(prompt.request_id, self.responses.resolve(prompt.request_id))
-            chunks = adopted
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                yield chunk
+    def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        return self.responses.respond(prompt, self._generate, self.stats)
 
     def speculate_response(self, prompt: Prompt) -> None:
         if prompt.items and self.slots["llm"].idle:
