@@ -18,6 +18,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
@@ -78,6 +80,8 @@ from engine.turns import (
 )
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
+from models.errors import ModelMissing
+from models.speech.denoise import Denoiser
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +182,7 @@ class Session:
         self.conversation = Conversation(self.ids.new("conv"))
         self.buffer = InputBuffer(PCM_RATE)
         self.decoder = InputDecoder(self.config.input_format)
+        self.denoiser: Denoiser | None = None  # audio.input.noise_reduction
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
         self.detector: TurnDetector | None = self._new_detector(self.config.turn_detection)
         self.prepares = PrepareChain(
@@ -398,6 +403,8 @@ class Session:
             raise protocol.ProtocolError(
                 "invalid_value", f"Invalid value for 'audio': {exc}", "audio", event.event_id
             ) from None
+        if self.denoiser is not None:
+            pcm = self.denoiser.process(pcm)
         self.buffer.append(pcm)
         detector = self.detector  # only this task replaces it, and not while here
         if detector is None:
@@ -583,8 +590,8 @@ class Session:
         item_id = self._speech[0] if self._speech else self.ids.new("item")
         self._speech = None
         self._reset_turn_detection()
-        # What the resampler still holds belongs to this turn too.
-        self.buffer.append(self.decoder.flush())
+        # What the resampler (and the noise suppressor) still hold belongs to this turn too.
+        self.buffer.append(self._flush_input())
         self._commit(item_id, self.buffer.start, self.buffer.end)
 
     def _commit(self, item_id: str, begin: int, end: int) -> None:
@@ -614,8 +621,16 @@ class Session:
             self.transcription.start(turn)
         self._bound_history()
 
+    def _flush_input(self) -> npt.NDArray[np.int16]:
+        tail = self.decoder.flush()
+        if self.denoiser is None:
+            return tail
+        return np.concatenate([self.denoiser.process(tail), self.denoiser.flush()])
+
     def _on_clear(self) -> None:
         self.decoder.reset()
+        if self.denoiser is not None:
+            self.denoiser.reset()
         self.buffer.clear()
         self._speech = None
         self._reset_turn_detection()
@@ -652,6 +667,10 @@ class Session:
             old, event.session, audio_started=self._assistant_spoke, event_id=event.event_id
         )
         decoder = InputDecoder(new.input_format) if new.input_format != old.input_format else None
+        denoiser_changed = new.noise_reduction != old.noise_reduction
+        denoiser = (
+            self._new_denoiser(new.noise_reduction, event.event_id) if denoiser_changed else None
+        )
         vad_changed = new.turn_detection != old.turn_detection
         detector = self._new_detector(new.turn_detection) if vad_changed else None
         try:
@@ -671,6 +690,8 @@ class Session:
             log.warning("session %s: session.update %s", self.session_id, note)
         if decoder is not None:
             self.decoder = decoder
+        if denoiser_changed:
+            self.denoiser = denoiser
         if vad_changed:
             self._cancel_score()
             self.speculation.discard()
@@ -680,6 +701,20 @@ class Session:
         self.emit.send(updated)
         for unsupported in unhonoured(event.session, event.event_id):
             self._error(unsupported)
+
+    @staticmethod
+    def _new_denoiser(kind: str | None, event_id: str | None) -> Denoiser | None:
+        if kind is None:
+            return None
+        try:
+            return Denoiser(kind)  # type: ignore[arg-type]
+        except ModelMissing as exc:
+            raise protocol.ProtocolError(
+                "unsupported_value",
+                f"Noise reduction is not available here: {exc.problem}",
+                "session.audio.input.noise_reduction",
+                event_id,
+            ) from None
 
     # --- responses ------------------------------------------------------------------------
 

@@ -53,6 +53,8 @@ class SessionConfig:
     tools: tuple[Tool, ...] = ()
     tool_choice: str = "auto"  # auto, none, required, or a function's name
     max_output_tokens: int | Literal["inf"] = "inf"
+    # audio.input.noise_reduction: WebRTC's suppressor before the VAD (models/speech/denoise.py)
+    noise_reduction: Literal["near_field", "far_field"] | None = None
 
 
 def apply_update(
@@ -98,6 +100,9 @@ def apply_update(
         )
 
     # Input transcription: null turns it off.
+    if audio_in is not None and "noise_reduction" in audio_in.model_fields_set:
+        nr = audio_in.noise_reduction
+        changes["noise_reduction"] = None if nr is None else nr.type
     if audio_in is not None and "transcription" in audio_in.model_fields_set:
         changes["input_transcription"] = _transcription(audio_in.transcription)
 
@@ -152,10 +157,8 @@ def unhonoured(patch: SessionIn, event_id: str | None = None) -> list[ProtocolEr
 
 
 def mapped_to_nearest(patch: SessionIn) -> list[str]:
-    """Values Parley replaces with its nearest behaviour, for a warning in the log."""
-    audio_in = patch.audio.input if patch.audio else None
-    if audio_in is not None and audio_in.noise_reduction is not None:
-        return ["audio.input.noise_reduction: no noise reduction is applied"]
+    """Values Parley replaces with its nearest behaviour, for a warning in the log
+    (none today)."""
     return []
 
 
@@ -271,6 +274,9 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
                 "format": config.input_format.to_wire(),
                 "turn_detection": turn_detection,
                 "transcription": transcription,
+                "noise_reduction": None
+                if config.noise_reduction is None
+                else {"type": config.noise_reduction},
             },
             "output": {"format": config.output_format.to_wire(), "voice": config.voice},
         },

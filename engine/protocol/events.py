@@ -81,11 +81,15 @@ class TranscriptionIn(_Loose):
     prompt: str | None = None
 
 
+class NoiseReductionIn(_Loose):
+    type: Literal["near_field", "far_field"]
+
+
 class AudioInputIn(_Loose):
     format: AudioFormatIn | None = None
     turn_detection: TurnDetectionIn | None = None
     transcription: TranscriptionIn | None = None
-    noise_reduction: JsonObject | None = None
+    noise_reduction: NoiseReductionIn | None = None
 
 
 class AudioOutputIn(_Loose):

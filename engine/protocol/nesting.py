@@ -1,6 +1,6 @@
 """A bound on how deep the free-form JSON a client sends may nest.
 
-Tool `parameters` schemas, `noise_reduction` and the like are kept as the client
+Tool `parameters` schemas and the like are kept as the client
 sent them and later written back (session.updated, client secrets) and handed to
 the model. Serializing stops at some depth (pydantic's at 255), so a schema nested
 hundreds deep would fail far from where it came in. It is refused where it is

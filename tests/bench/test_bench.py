@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from bench.denoise import measure
 from bench.load.__main__ import DEFAULT_SWEEP, parser
 from bench.load.client import chunk_holding
 from bench.load.clips import ROTATIONS, Clip, rotation
@@ -48,6 +50,7 @@ def test_make_bench_runs_the_benchmarks_in_order() -> None:
         "bench.tts_first_audio",
         "bench.turn_model",
         "bench.vad_backends",
+        "bench.denoise",
         "bench.load",
     ]
 
@@ -279,3 +282,11 @@ def test_the_clip_cuts_into_whole_chunks_and_rotates() -> None:
     assert rotation(0, n) == 0 == rotation(ROTATIONS, n)
     assert len({rotation(i, n) for i in range(ROTATIONS)}) == ROTATIONS
     assert all(len(load_wav(name)) > PCM_RATE // 2 for name in FIXTURES)
+
+
+def test_the_noise_reduction_bench_measures_both_types() -> None:
+    rng = np.random.default_rng(0)
+    mixed = np.clip(rng.normal(0, 1000, 24_000), -32768, 32767).astype(np.int16)
+    row = measure("far_field", mixed, slice(2400, 21_600))
+    assert row["type"] == "far_field" and row["cpu_ms_per_audio_s"] > 0
+    assert row["noise_db_after"] < row["noise_db_before"]

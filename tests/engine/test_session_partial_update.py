@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-import pytest
 
 from tests.support.harness import Harness
 
@@ -83,23 +80,30 @@ async def test_the_default_speed_is_no_error() -> None:
         assert h.errors() == [] and len(h.of("session.updated")) == 1
 
 
-async def test_noise_reduction_maps_to_none_with_a_warning(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def test_noise_reduction_is_applied_and_echoed() -> None:
     async with Harness() as h:
-        with caplog.at_level(logging.WARNING, logger="engine.session"):
-            await h.send(
-                update(
-                    {
-                        "instructions": "Hi.",
-                        "audio": {"input": {"noise_reduction": {"type": "near_field"}}},
-                    }
-                )
-            )
-            await h.settle()
+        nr = {"type": "far_field"}
+        await h.send(update({"instructions": "Hi.", "audio": {"input": {"noise_reduction": nr}}}))
+        await h.settle()
         assert h.errors() == []
-        assert h.of("session.updated")[0]["session"]["instructions"] == "Hi."
-        assert any("noise_reduction" in r.getMessage() for r in caplog.records)
+        session = h.of("session.updated")[0]["session"]
+        assert session["instructions"] == "Hi."
+        assert session["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
+        assert h.session.denoiser is not None and h.session.denoiser.kind == "far_field"
+        await h.send(update({"audio": {"input": {"noise_reduction": None}}}))
+        await h.settle()
+        assert h.of("session.updated")[1]["session"]["audio"]["input"]["noise_reduction"] is None
+        assert h.session.denoiser is None
+
+
+async def test_an_unknown_noise_reduction_is_refused_and_nothing_changes() -> None:
+    async with Harness() as h:
+        nr = {"type": "studio"}
+        await h.send(update({"instructions": "No.", "audio": {"input": {"noise_reduction": nr}}}))
+        await h.settle()
+        [error] = h.errors()
+        assert error["param"] == "session.audio.input.noise_reduction.type"
+        assert h.of("session.updated") == [] and h.session.denoiser is None
 
 
 async def test_a_value_openai_refuses_still_refuses_the_whole_update() -> None:

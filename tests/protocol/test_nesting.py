@@ -78,13 +78,6 @@ TOO_DEEP = [
         },
         "response.tools[0].parameters",
     ),
-    (
-        {
-            "type": "session.update",
-            "session": {"audio": {"input": {"noise_reduction": nested(MAX_JSON_DEPTH + 1)}}},
-        },
-        "session.audio.input.noise_reduction",
-    ),
 ]
 
 
