@@ -168,8 +168,9 @@ class SemanticTurnDetector(TurnDetector):
                 self._next_score_ms = self._silence_ms + rescore
             return None
         end = self._last_end_ms
+        speech_end = end - self._silence_ms
         self.reset(end)
-        return SpeechStopped(audio_end_ms=end)
+        return SpeechStopped(audio_end_ms=end, speech_end_ms=speech_end)
 
     def reset(self, now_ms: int) -> None:
         super().reset(now_ms)
@@ -198,8 +199,9 @@ class SemanticTurnDetector(TurnDetector):
         before = self._silence_ms or 0
         self._silence_ms = before + frame.end_ms - frame.start_ms
         if self._silence_ms >= self._needed_ms:
+            speech_end = frame.end_ms - self._silence_ms
             self.reset(frame.end_ms)
-            return SpeechStopped(audio_end_ms=frame.end_ms)
+            return SpeechStopped(audio_end_ms=frame.end_ms, speech_end_ms=speech_end)
         if self.scoring and self._candidate is None and self._silence_ms >= self._next_score_ms:
             self._next_score_ms = NEVER  # until this one is decided
             self._pause_id += 1

@@ -42,6 +42,7 @@ from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
 from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.history import audio_to_release, items_to_drop
 from engine.input_buffer import InputBuffer
+from engine.interruption import Heard, SnippetRecognizer, Verdict, heard_of, held_verdict, holds
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
@@ -96,6 +97,30 @@ class PreparationFinished:
 
 
 @dataclass(frozen=True)
+class SnippetHeard:
+    """The snippet recognizer's transcript of held speech (None: it could not)."""
+
+    request: int
+    text: str | None
+
+
+@dataclass
+class HeldSpeech:
+    """Speech that started while the assistant was audible and has not qualified as
+    an interruption yet (engine/interruption.py): nothing of it is on the wire."""
+
+    item_id: str
+    start: int  # buffer position of audio_start_ms
+    audio_start_ms: int
+    onset_ms: int
+    last_speech_ms: int  # the latest audio the VAD called speech
+    request: int = 0  # the snippet request that answers for it (0: not asked)
+    heard: Heard | None = None
+    stop: SpeechStopped | None = None  # it ended; the verdict is still to come
+    frame_received: float | None = None
+
+
+@dataclass(frozen=True)
 class EndOfTurnScored:
     """The end-of-turn model's probability for a semantic_vad pause (None: the
     model could not score it)."""
@@ -134,11 +159,14 @@ Message = (
     | ResponseFinished
     | TranscriptionFinished
     | EndOfTurnScored
+    | SnippetHeard
     | _Close
     | _Drain
     | _End
 )
-InternalMessage = PreparationFinished | ResponseFinished | TranscriptionFinished | EndOfTurnScored
+InternalMessage = (
+    PreparationFinished | ResponseFinished | TranscriptionFinished | EndOfTurnScored | SnippetHeard
+)
 
 # semantic_vad without an end-of-turn model is told once per process.
 _warned_no_end_of_turn = False
@@ -155,11 +183,18 @@ class Session:
         preset: protocol.SessionIn | None = None,
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
+        snippets: SnippetRecognizer | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
         # semantic_vad's end-of-turn model (shared by all sessions); None: semantic_vad
         # ends turns after a fixed silence.
         self.end_of_turn = end_of_turn
+        # Hears held speech (engine/interruption.py); None: duration alone qualifies it.
+        self.snippets = snippets
+        self._held: HeldSpeech | None = None
+        self._snippet_requests = 0
+        self._snippet_task: asyncio.Task[None] | None = None
+        self._playback_end_ms: int | None = None  # the last answer's audio, at the client
         # The one end-of-turn scoring in flight: (request number, pause id, task). A
         # result is used only if it answers this request: a cancelled one may have
         # posted already, and pause ids restart with a new detector.
@@ -354,6 +389,8 @@ class Session:
                 self._bound_history()  # a transcript is text the bounds count
             case EndOfTurnScored():
                 await self._on_end_of_turn_scored(m)
+            case SnippetHeard():
+                await self._on_snippet_heard(m)
 
     def _error(self, exc: protocol.ProtocolError) -> None:
         self.emit.control(
@@ -415,7 +452,15 @@ class Session:
             await self._on_turn_event(turn_event, event.received_at)
         self._drop_stale_score()
         self._speculate()
-        if not detector.in_speech:
+        if self._held is not None:
+            self._track_held(detector)
+            await self._advance_held()
+        full = len(self.buffer) > self.buffer.ms_to_pos(self.limits.max_buffer_ms)
+        if self._held is not None and self._held.stop is not None and full:
+            await self._advance_held(final=True)  # no more waiting for the recognizer
+        if self._held is not None and self._held.stop is not None:
+            pass  # its audio waits in the buffer for the verdict
+        elif not detector.in_speech:
             self._check_idle_timeout()
             # Idle: keep only what a future turn's prefix padding can reach.
             keep_ms = (
@@ -434,34 +479,148 @@ class Session:
         params = self.config.turn_detection
         assert params is not None
         if isinstance(event, SpeechStarted):
+            if self._held is not None:  # the last held speech ended, unheard: decide now
+                await self._advance_held(final=True)
             self._idle_deadline_ms = None  # the user spoke: no idle timeout
             item_id = self.ids.new("item")
             start = self.buffer.ms_to_pos(event.audio_start_ms)
             self._speech = (item_id, start)
             self.buffer.discard_before(start)
-            self.emit.control(
-                InputAudioBufferSpeechStartedEvent,
-                audio_start_ms=event.audio_start_ms,
-                item_id=item_id,
-            )
-            if self.observer is not None:
-                self.observer.speech_started(self.session_id, item_id, event.audio_start_ms)
-            await self.responder.barge_in(params.interrupt_response)
+            if holds(params.interruption, self._assistant_audible()):
+                self._held = HeldSpeech(
+                    item_id, start, event.audio_start_ms, event.onset_ms, event.onset_ms
+                )
+                return
+            await self._speech_started(item_id, event.audio_start_ms)
         elif isinstance(event, PauseCandidate):
             self._score_pause(event.pause_id)
         elif isinstance(event, SpeechStopped):
-            item_id, start = self._speech or (self.ids.new("item"), self.buffer.start)
-            self._speech = None
-            self.emit.control(
-                InputAudioBufferSpeechStoppedEvent, audio_end_ms=event.audio_end_ms, item_id=item_id
+            held = self._held
+            if held is not None and held.stop is None:
+                held.stop, held.frame_received = event, frame_received
+                if event.speech_end_ms is not None:
+                    held.last_speech_ms = max(held.last_speech_ms, event.speech_end_ms)
+                await self._advance_held()
+                return
+            await self._speech_stopped(event, frame_received)
+
+    async def _speech_started(self, item_id: str, audio_start_ms: int) -> None:
+        params = self.config.turn_detection
+        assert params is not None
+        self.emit.control(
+            InputAudioBufferSpeechStartedEvent, audio_start_ms=audio_start_ms, item_id=item_id
+        )
+        if self.observer is not None:
+            self.observer.speech_started(self.session_id, item_id, audio_start_ms)
+        await self.responder.barge_in(params.interrupt_response)
+
+    async def _speech_stopped(self, event: SpeechStopped, frame_received: float | None) -> None:
+        params = self.config.turn_detection
+        assert params is not None
+        item_id, start = self._speech or (self.ids.new("item"), self.buffer.start)
+        self._speech = None
+        self.emit.control(
+            InputAudioBufferSpeechStoppedEvent, audio_end_ms=event.audio_end_ms, item_id=item_id
+        )
+        self._commit(item_id, start, self.buffer.ms_to_pos(event.audio_end_ms))
+        if params.create_response:
+            self.responder.request(ResponseRequest(from_client=False))
+        if self.observer is not None:
+            self.observer.speech_stopped(
+                self.session_id, item_id, event.audio_end_ms, frame_received
             )
-            self._commit(item_id, start, self.buffer.ms_to_pos(event.audio_end_ms))
-            if params.create_response:
-                self.responder.request(ResponseRequest(from_client=False))
-            if self.observer is not None:
-                self.observer.speech_stopped(
-                    self.session_id, item_id, event.audio_end_ms, frame_received
-                )
+
+    # --- qualified interruption (engine/interruption.py) ------------------------------
+
+    def _assistant_audible(self) -> bool:
+        """A response is streaming, or its audio may still be playing at the client."""
+        if self.responder.active is not None:
+            return True
+        now_ms = self.buffer.pos_to_ms(self.buffer.end)
+        return self._playback_end_ms is not None and now_ms < self._playback_end_ms
+
+    async def _advance_held(self, *, final: bool = False) -> None:
+        """Take the next step for held speech (engine/interruption.py's verdict);
+        `final`: decide now with what is known (new speech needs the floor)."""
+        held = self._held
+        params = self.config.turn_detection
+        if held is None or params is None or params.interruption is None:
+            return
+        speech_ms = held.last_speech_ms - held.onset_ms
+        verdict = held_verdict(
+            params.interruption,
+            speech_ms,
+            ended=held.stop is not None,
+            heard=held.heard,
+            asked=held.request != 0,
+            can_classify=self.snippets is not None and not final,
+        )
+        if verdict is Verdict.CLASSIFY:
+            self._ask_snippet(held)
+        elif verdict is Verdict.INTERRUPT:
+            self._held = None
+            self._cancel_snippet()
+            await self._speech_started(held.item_id, held.audio_start_ms)
+            if held.stop is not None:
+                await self._speech_stopped(held.stop, held.frame_received)
+        elif verdict is Verdict.DROP or final:
+            self._held = None
+            self._cancel_snippet()
+            self.speculation.discard()
+            if held.stop is not None:
+                # No turn: its audio goes, the answer plays on.
+                self._speech = None
+                self.buffer.discard_before(self.buffer.ms_to_pos(held.stop.audio_end_ms))
+
+    def _ask_snippet(self, held: HeldSpeech) -> None:
+        recognizer = self.snippets
+        assert recognizer is not None
+        end = (
+            self.buffer.end if held.stop is None else self.buffer.ms_to_pos(held.stop.audio_end_ms)
+        )
+        audio = self.buffer.copy(held.start, end)
+        self._snippet_requests += 1
+        request = held.request = self._snippet_requests
+        session_id = self.session_id
+
+        async def hear() -> None:
+            try:
+                text = await recognizer.transcribe(audio)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("session %s: hearing held speech failed", session_id)
+                text = None
+            self._post(SnippetHeard(request, text))
+
+        self._cancel_snippet()
+        self._snippet_task = asyncio.create_task(hear())
+
+    async def _on_snippet_heard(self, message: SnippetHeard) -> None:
+        held = self._held
+        params = self.config.turn_detection
+        if held is None or held.request != message.request or params is None:
+            return  # stale: decided meanwhile
+        self._snippet_task = None
+        interruption = params.interruption
+        if message.text is None or interruption is None:
+            held.heard = Heard.WORDS  # cannot tell: do not swallow an interruption
+        else:
+            held.heard = heard_of(message.text, interruption.backchannels)
+        await self._advance_held()
+
+    def _cancel_snippet(self) -> None:
+        if self._snippet_task is not None:
+            self._snippet_task.cancel()
+            self._snippet_task = None
+
+    def _track_held(self, detector: TurnDetector) -> None:
+        """After a batch of frames: how long the held speech has lasted."""
+        held = self._held
+        if held is None or held.stop is not None or not detector.in_speech:
+            return
+        now_ms = self.buffer.pos_to_ms(self.buffer.end)
+        held.last_speech_ms = max(held.last_speech_ms, now_ms - (detector.pause_ms or 0))
 
     # --- semantic_vad: the end-of-turn model ---------------------------------------------
 
@@ -639,6 +798,8 @@ class Session:
     def _reset_turn_detection(self) -> None:
         self._cancel_score()
         self.speculation.discard()
+        self._held = None
+        self._cancel_snippet()
         if self.detector is not None:
             self.vad.reset()
             self.detector.reset(self.buffer.pos_to_ms(self.buffer.end))
@@ -695,6 +856,8 @@ class Session:
         if vad_changed:
             self._cancel_score()
             self.speculation.discard()
+            self._held = None
+            self._cancel_snippet()
             self._speech = None
             self.vad.reset()
             self.detector = detector
@@ -722,8 +885,11 @@ class Session:
         """What an ended response changes here (the Responder calls this once per
         response, before its `response.done`)."""
         if ended.audio_ms is not None:
-            # idle_timeout_ms counts from the end of playback of this answer.
+            # idle_timeout_ms counts from the end of playback of this answer, and held
+            # speech is held until then (counted from now: Parley does not know when
+            # the client began playing it, so this is an upper bound).
             self._idle_deadline_ms = self.buffer.pos_to_ms(self.buffer.end) + ended.audio_ms
+            self._playback_end_ms = self._idle_deadline_ms
         self._assistant_spoke = self._assistant_spoke or ended.spoke
         self._bound_history()
 
@@ -755,6 +921,7 @@ class Session:
         await self.responder.shutdown()
         self._cancel_score()
         self.speculation.discard()
+        self._cancel_snippet()
         self.transcription.cancel_all()
         await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()

@@ -13,8 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from engine.audio_format import PCM24, AudioFormat
+from engine.interruption import InterruptionParams
 from engine.protocol import (
     AudioFormatIn,
+    InterruptionIn,
     ProtocolError,
     SessionIn,
     ToolChoiceIn,
@@ -187,18 +189,32 @@ def _transcription(value: TranscriptionIn | None) -> InputTranscription | None:
     return InputTranscription(value.model or "whisper-1", value.language, value.prompt)
 
 
+def _interruption(value: InterruptionIn | None) -> InterruptionParams | None:
+    if value is None:
+        return None
+    fields: dict[str, Any] = {
+        name: getattr(value, name)
+        for name in ("enabled", "min_speech_ms", "max_backchannel_ms")
+        if getattr(value, name) is not None
+    }
+    if value.backchannels is not None:
+        fields["backchannels"] = tuple(value.backchannels)
+    return InterruptionParams(**fields)
+
+
 def _turn_detection(value: TurnDetectionIn | None) -> ServerVadParams | None:
     if value is None:
         return None
+    interruption = _interruption(value.interruption)
     if value.type == "semantic_vad":
         # Only these three are semantic_vad fields (server_vad's are ignored, as the
-        # SDK's SemanticVad has none of them).
-        semantic = {
+        # SDK's SemanticVad has none of them), and Parley's interruption.
+        semantic: dict[str, Any] = {
             name: getattr(value, name)
             for name in ("eagerness", "create_response", "interrupt_response")
             if getattr(value, name) is not None
         }
-        return SemanticVadParams(**semantic)
+        return SemanticVadParams(**semantic, interruption=interruption)
     defaults = ServerVadParams()
     fields = {
         name: getattr(value, name)
@@ -212,7 +228,7 @@ def _turn_detection(value: TurnDetectionIn | None) -> ServerVadParams | None:
         )
         if getattr(value, name) is not None
     }
-    return replace(defaults, **fields)
+    return replace(defaults, **fields, interruption=interruption)
 
 
 def _format(fmt: AudioFormatIn | None, param: str, event_id: str | None) -> AudioFormat | None:

@@ -9,9 +9,10 @@ input audio clock) or from the caller.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
+from engine.interruption import InterruptionParams
 from engine.vad import FrameScore
 
 # Once in speech, a frame must fall this far below the threshold to count as
@@ -31,6 +32,9 @@ class ServerVadParams:
     create_response: bool = True
     interrupt_response: bool = True
     idle_timeout_ms: int | None = None
+    # Parley's extension: speech while the assistant is audible must qualify before
+    # it interrupts (engine/interruption.py); None: every speech start interrupts.
+    interruption: InterruptionParams | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class SpeechStopped:
     # End of the frame that completed the silence window: includes the
     # trailing silence, as OpenAI documents (the audio sent to the model).
     audio_end_ms: int
+    # Where that silence began: the end of the speech itself (None: not known).
+    speech_end_ms: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,7 @@ class TurnDetector:
         if not self._in_speech:
             return None
         self.reset(now_ms)
-        return SpeechStopped(audio_end_ms=now_ms)
+        return SpeechStopped(audio_end_ms=now_ms, speech_end_ms=now_ms)
 
     def _idle_step(self, frame: FrameScore) -> SpeechStarted | None:
         if not is_speech(frame.score, self.params.threshold, in_speech=False):
@@ -177,8 +183,9 @@ class TurnDetector:
         self._silence_ms = (self._silence_ms or 0) + frame.end_ms - frame.start_ms
         if self._silence_ms < self.params.silence_duration_ms:
             return None
+        speech_end = frame.end_ms - self._silence_ms
         self.reset(frame.end_ms)
-        return SpeechStopped(audio_end_ms=frame.end_ms)
+        return SpeechStopped(audio_end_ms=frame.end_ms, speech_end_ms=speech_end)
 
     def _clear_run(self) -> None:
         self._run_onset_ms = None

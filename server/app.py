@@ -24,6 +24,7 @@ from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
 from engine.vad_batch import VadBatcher
 from models.base import Executor
 from models.scripted import ScriptedExecutor
+from models.speech.snippets import WhisperSnippets
 from models.turn.smart_turn import load_smart_turn
 from server.auth import (
     MAX_BODY_BYTES,
@@ -135,6 +136,9 @@ def create_app(
     # semantic_vad's end-of-turn model (Smart Turn), one per process; None with a
     # warning when it cannot load, and semantic_vad turns then end on fixed silence.
     end_of_turn = load_smart_turn()
+    # Hears speech held while the assistant talks (turn_detection.interruption); its
+    # model loads on first use.
+    snippets = WhisperSnippets()
     install_redaction()  # no audio or key in the WebSocket library's debug lines
     metrics = Metrics() if settings.metrics else None
     metered = MetricsObserver(metrics, time.monotonic) if metrics else None
@@ -165,6 +169,7 @@ def create_app(
                 vad.close()
             if end_of_turn is not None:
                 end_of_turn.close()
+            snippets.close()
             if owned:
                 await model_executor.aclose()
 
@@ -174,7 +179,7 @@ def create_app(
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
     keys = KeyStore(settings.api_keys, secret)
     endpoint = RealtimeEndpoint(
-        settings, model_executor, vad, keys, observers, end_of_turn=end_of_turn
+        settings, model_executor, vad, keys, observers, end_of_turn=end_of_turn, snippets=snippets
     )
     app.state.keys = keys
     app.state.endpoint = endpoint

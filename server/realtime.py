@@ -25,6 +25,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from engine.emitter import OutboxOverflow
 from engine.end_of_turn import EndOfTurnModel
+from engine.interruption import SnippetRecognizer
 from engine.limits import EngineLimits
 from engine.observer import Observer
 from engine.protocol import (
@@ -113,12 +114,14 @@ class RealtimeEndpoint:
         keys: KeyStore,
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
+        snippets: SnippetRecognizer | None = None,
     ) -> None:
         self.settings = settings
         self.observer = observer
         # semantic_vad's end-of-turn model, shared by the process's sessions (None:
         # its turns end on fixed silence).
         self.end_of_turn = end_of_turn
+        self.snippets = snippets
         self.executor = executor
         self.vad = vad
         self.keys = keys
@@ -200,6 +203,7 @@ class RealtimeEndpoint:
                 preset=ephemeral.preset if ephemeral else None,
                 observer=self.observer,
                 end_of_turn=self.end_of_turn,
+                snippets=self.snippets,
             )
             # Every log line of this connection's tasks names its session (server/logs.py).
             session_var.set(session.session_id)

@@ -59,6 +59,17 @@ MaxTokens = Annotated[
 ]
 
 
+class InterruptionIn(_Loose):
+    """Parley's extension of turn_detection (engine/interruption.py)."""
+
+    enabled: bool | None = None
+    min_speech_ms: int | None = Field(default=None, ge=0, le=10_000)
+    max_backchannel_ms: int | None = Field(default=None, ge=0, le=60_000)
+    backchannels: list[Annotated[str, Field(max_length=100)]] | None = Field(
+        default=None, max_length=200
+    )
+
+
 class TurnDetectionIn(_Loose):
     type: Literal["server_vad", "semantic_vad"] = "server_vad"
     threshold: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -68,6 +79,7 @@ class TurnDetectionIn(_Loose):
     interrupt_response: bool | None = None
     idle_timeout_ms: int | None = Field(default=None, ge=0)
     eagerness: Literal["low", "medium", "high", "auto"] | None = None
+    interruption: InterruptionIn | None = None
 
 
 class AudioFormatIn(_Loose):

@@ -154,12 +154,14 @@ class SessionMachine(RuleBasedStateMachine):
             self.loop.close()
 
     @initialize(
-        vad=st.sampled_from([(True, True), (True, False), (True, False), (False, True), None])
+        vad=st.sampled_from([(True, True), (True, False), (True, False), (False, True), None]),
+        qualified=st.booleans(),
     )
-    def configure(self, vad: tuple[bool, bool] | None) -> None:
-        """The session starts in one of the turn detection modes."""
-        if vad != (True, True):  # the default
-            self.update_session(vad, None, False)
+    def configure(self, vad: tuple[bool, bool] | None, qualified: bool) -> None:
+        """The session starts in one of the turn detection modes, with or without
+        qualified interruption."""
+        if vad != (True, True) or qualified:  # else the default
+            self.update_session(vad, None, False, qualified)
 
     # --- helpers -----------------------------------------------------------------------
 
@@ -334,11 +336,16 @@ class SessionMachine(RuleBasedStateMachine):
         vad=st.sampled_from([None, (True, True), (True, False), (False, True), (False, False)]),
         modality=st.sampled_from([None, "audio", "text"]),
         transcription=st.booleans(),
+        qualified=st.booleans(),
     )
     def update_session(
-        self, vad: tuple[bool, bool] | None, modality: str | None, transcription: bool
+        self,
+        vad: tuple[bool, bool] | None,
+        modality: str | None,
+        transcription: bool,
+        qualified: bool = False,
     ) -> None:
-        detection = None
+        detection: dict[str, Any] | None = None
         if vad is not None:
             create, interrupt = vad
             detection = {
@@ -346,6 +353,8 @@ class SessionMachine(RuleBasedStateMachine):
                 "create_response": create,
                 "interrupt_response": interrupt,
             }
+            if qualified:  # speech while the assistant is audible is held until heard
+                detection["interruption"] = {"min_speech_ms": 250, "max_backchannel_ms": 1500}
         audio_in: dict[str, Any] = {"turn_detection": detection}
         if transcription:
             audio_in["transcription"] = {"model": "whisper-1"}
@@ -353,6 +362,19 @@ class SessionMachine(RuleBasedStateMachine):
         if modality is not None:
             session["output_modalities"] = [modality]
         self.send({"type": "session.update", "session": session})
+
+    # --- held speech (engine/interruption.py) ------------------------------------------
+
+    @precondition(lambda self: not self.client.ended and bool(self.client.snippets.pending()))
+    @rule(text=st.sampled_from(["Mm-hm.", "okay", "Wait, stop.", "", None]))
+    def hear_held_speech(self, text: str | None) -> None:
+        """The snippet recognizer answers: a backchannel, words, nothing, or a failure."""
+
+        async def answer() -> None:
+            self.client.snippets.answer(text)
+
+        self.client.step(answer())
+        self._seen.add(f"held speech heard as {text!r}")
 
     # --- the model ---------------------------------------------------------------------
 

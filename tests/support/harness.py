@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.end_of_turn import EndOfTurnModel
+from engine.interruption import SnippetRecognizer
 from engine.limits import EngineLimits
 from engine.observer import Observer
 from engine.protocol import ProtocolError, parse_client_event
@@ -35,6 +36,7 @@ class Harness:
         limits: EngineLimits | None = None,
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
+        snippets: SnippetRecognizer | None = None,
     ) -> None:
         self.executor = executor if executor is not None else ScriptedExecutor()
         self.session = Session(
@@ -44,6 +46,7 @@ class Harness:
             limits=limits,
             observer=observer,
             end_of_turn=end_of_turn,
+            snippets=snippets,
         )
         self.events: list[dict[str, Any]] = []
         self.max_bytes = MAX_BYTES

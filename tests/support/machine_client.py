@@ -21,6 +21,7 @@ from engine.vad import WebRtcVadBackend
 from tests.support.controlled_executor import ControlledExecutor
 from tests.support.protocol_invariants import EventLedger
 from tests.support.sdk_check import assert_sdk_event
+from tests.support.snippets import FakeSnippets
 
 MAX_BYTES = 16 * 1024 * 1024
 MAX_LOOP_TURNS = 200_000  # a session still busy after this many is livelocked
@@ -31,7 +32,10 @@ class MachineClient:
     def __init__(self, loop: asyncio.AbstractEventLoop, limits: EngineLimits) -> None:
         self.loop = loop
         self.executor = ControlledExecutor()
-        self.session = Session(self.executor, WebRtcVadBackend(), model="test", limits=limits)
+        self.snippets = FakeSnippets()  # hears held speech when a rule says so
+        self.session = Session(
+            self.executor, WebRtcVadBackend(), model="test", limits=limits, snippets=self.snippets
+        )
         self.ledger = EventLedger()
         self.events: list[dict[str, Any]] = []
         self.fed = 0  # events handed to the ledger so far

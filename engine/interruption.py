@@ -1,0 +1,157 @@
+"""Qualified interruption: while the assistant is audible, speech must qualify before
+it interrupts. Pure decisions; the session holds the state (engine/session.py).
+
+Speech that starts while a response streams, or while its audio still plays at the
+client (by the clock of what was sent), is *held*: no `speech_started` (clients
+flush their playback on it), no barge-in. It qualifies once it has lasted
+`min_speech_ms` and, when the session has a snippet classifier, once the classifier
+has heard words that are not a backchannel; or once it has lasted
+`max_backchannel_ms`, whatever it says. Then `speech_started` goes out with the true
+`audio_start_ms` and the barge-in happens. Held speech that ends without qualifying
+(a cough, a knock, "mm-hm") is dropped: no events, no turn, the answer goes on.
+Outside assistant speech nothing is held: turn start is as fast as ever.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+# Said to mean "go on": never an interruption on their own. Matched on whole words,
+# case and punctuation aside.
+DEFAULT_BACKCHANNELS: tuple[str, ...] = (
+    "mm",
+    "mhm",
+    "mm hm",
+    "mm hmm",
+    "hmm",
+    "uh huh",
+    "uh",
+    "um",
+    "yeah",
+    "yes",
+    "yep",
+    "yup",
+    "ok",
+    "okay",
+    "right",
+    "sure",
+    "alright",
+    "all right",
+    "i see",
+    "got it",
+    "oh",
+    "ah",
+    "wow",
+    "cool",
+    "nice",
+    "great",
+    "true",
+    "exactly",
+)
+
+
+@dataclass(frozen=True)
+class InterruptionParams:
+    """The `interruption` extension of `turn_detection` (OpenAI clients never send it)."""
+
+    enabled: bool = True
+    min_speech_ms: int = 250  # held speech shorter than this never interrupts
+    max_backchannel_ms: int = 1000  # held speech this long interrupts whatever it says
+    backchannels: tuple[str, ...] = DEFAULT_BACKCHANNELS
+
+
+class SnippetRecognizer(Protocol):
+    """Hears held speech: its transcript (24 kHz pcm16 in), "" when there are no
+    words, None when it cannot tell. models/speech/snippets.py implements it."""
+
+    async def transcribe(self, pcm: npt.NDArray[np.int16]) -> str | None: ...
+
+
+class Heard(Enum):
+    """What the snippet classifier made of held speech."""
+
+    WORDS = "words"  # a real interruption
+    BACKCHANNEL = "backchannel"
+    NOISE = "noise"  # no words: a cough, a knock, the assistant's own echo
+
+
+class Verdict(Enum):
+    WAIT = "wait"  # keep holding
+    CLASSIFY = "classify"  # ask the classifier about the snippet so far
+    INTERRUPT = "interrupt"  # release speech_started and barge in
+    DROP = "drop"  # it ended without qualifying: no turn
+
+
+def holds(params: InterruptionParams | None, assistant_audible: bool) -> bool:
+    """Whether speech starting now is held."""
+    return params is not None and params.enabled and assistant_audible
+
+
+def held_verdict(
+    params: InterruptionParams,
+    speech_ms: int,
+    *,
+    ended: bool,
+    heard: Heard | None,
+    asked: bool,
+    can_classify: bool,
+) -> Verdict:
+    """The next step for held speech `speech_ms` long (onset to now, or to its end
+    when `ended`): `heard` is the classifier's answer once it came, `asked` whether
+    it was asked."""
+    if heard is Heard.WORDS:
+        return Verdict.INTERRUPT
+    if not ended and speech_ms >= params.max_backchannel_ms:
+        return Verdict.INTERRUPT  # too long for a backchannel
+    if speech_ms < params.min_speech_ms:
+        return Verdict.DROP if ended else Verdict.WAIT
+    if heard is not None:  # a backchannel or noise
+        return Verdict.DROP if ended else Verdict.WAIT
+    if not can_classify:
+        return Verdict.INTERRUPT
+    return Verdict.WAIT if asked else Verdict.CLASSIFY
+
+
+_NOT_WORD = re.compile(r"[^a-z' ]+")
+
+
+def normalize(text: str) -> str:
+    """Lower case, hyphens and punctuation to spaces, single spaces."""
+    return " ".join(_NOT_WORD.sub(" ", text.lower().replace("-", " ")).split())
+
+
+# Hums and fillers however a recognizer spells them ("Mmm", "mm-hmm", "uh-uh", "hm"):
+# backchannels whatever the list says.
+_HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|a+h+|o+h+|e+r+m*|u+m+)$")
+
+
+def heard_of(text: str, backchannels: tuple[str, ...]) -> Heard:
+    """What a transcript of held speech is: no words is noise; nothing but
+    backchannel phrases and hums ("yeah yeah", "okay, right", "Mmm, mmm") is a
+    backchannel."""
+    words = normalize(text).split()
+    if not words:
+        return Heard.NOISE
+    phrases = {tuple(normalize(b).split()) for b in backchannels} - {()}
+    longest = max((len(p) for p in phrases), default=0)
+    i = 0
+    while i < len(words):
+        # The longest backchannel phrase starting here, else a hum, else a real word.
+        n = next(
+            (
+                n
+                for n in range(min(longest, len(words) - i), 0, -1)
+                if tuple(words[i : i + n]) in phrases
+            ),
+            1 if _HUM.match(words[i]) else 0,
+        )
+        if n == 0:
+            return Heard.WORDS
+        i += n
+    return Heard.BACKCHANNEL

@@ -1,0 +1,174 @@
+"""Qualified interruption in a session: speech while the assistant is audible is held
+(no speech_started, no barge-in) until it qualifies; a backchannel or a burst is no
+turn at all and the answer plays on; a real interruption goes out with its true
+audio_start_ms and cancels the answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.speech import load_wav, silence
+from engine.vad import SileroOnnxBackend
+from models.scripted import ScriptedExecutor
+from tests.support.audio import append_chunked
+from tests.support.harness import Harness
+from tests.support.snippets import FakeSnippets
+
+
+def update(**interruption: Any) -> dict[str, Any]:
+    detection = {"type": "server_vad", "interruption": {"max_backchannel_ms": 5000, **interruption}}
+    return {
+        "type": "session.update",
+        "session": {"type": "realtime", "audio": {"input": {"turn_detection": detection}}},
+    }
+
+
+async def handled(h: Harness) -> None:
+    """Until every message is handled and its events read, for 20 loop turns in a row
+    (the answer is held open by the test, so the session never goes idle)."""
+    s, quiet = h.session, 0
+    while quiet < 20:
+        await h.steps(1)
+        quiet = quiet + 1 if s._mailbox.empty() and not s._busy and not len(s.outbox) else 0
+
+
+async def speaking(h: Harness) -> str:
+    """An answer that streams until the test lets it finish; its id."""
+    await h.send({"type": "response.create"})
+    await h.run_until(lambda: bool(h.of("response.created")))
+    return str(h.of("response.created")[0]["response"]["id"])
+
+
+def spoken(*names: str, gap_ms: int = 900) -> npt.NDArray[np.int16]:
+    parts = [silence(300)]
+    for name in names:
+        parts += [load_wav(name), silence(gap_ms)]
+    return np.concatenate(parts).astype(np.int16)
+
+
+def finish(executor: ScriptedExecutor) -> None:
+    assert executor.chunk_gate is not None
+    for _ in range(1000):
+        executor.chunk_gate.release()
+
+
+async def test_a_backchannel_is_no_turn_and_the_answer_plays_on() -> None:
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update())
+        await speaking(h)
+        await append_chunked(h, spoken("weather"))
+        await handled(h)
+        [asked] = snippets.pending()
+        asked.set_result("Mm-hm.")
+        await handled(h)
+        assert h.of("input_audio_buffer.speech_started") == []
+        assert h.of("input_audio_buffer.committed") == []
+        assert h.responses_done() == []  # still answering
+        finish(executor)
+        await h.settle()
+        assert [r["status"] for r in h.responses_done()] == ["completed"]
+        assert h.of("input_audio_buffer.speech_started") == []
+
+
+async def test_a_real_interruption_goes_out_with_its_true_start_and_cancels() -> None:
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update())
+        await speaking(h)
+        await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
+        await handled(h)
+        assert h.of("input_audio_buffer.speech_started") == []  # held
+        [asked] = snippets.pending()
+        heard_pcm = snippets.calls[0][0]
+        assert len(heard_pcm) >= 24_000 // 4  # at least min_speech_ms of the speech
+        asked.set_result("Wait, stop.")
+        await handled(h)
+        [started] = h.of("input_audio_buffer.speech_started")
+        assert 0 <= started["audio_start_ms"] <= 300  # before the speech, not at release
+        [done] = h.responses_done()
+        assert done["status"] == "cancelled"
+        types = [e["type"] for e in h.events]
+        assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
+        await append_chunked(h, silence(900))
+        finish(executor)
+        await h.settle()
+        [committed] = h.of("input_audio_buffer.committed")
+        assert committed["item_id"] == started["item_id"]
+
+
+async def test_speech_that_ends_while_heard_commits_once_it_is_heard_as_words() -> None:
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update())
+        await speaking(h)
+        await append_chunked(h, spoken("weather"))  # the speech and the silence that ends it
+        await handled(h)
+        assert h.of("input_audio_buffer.speech_stopped") == []  # nothing yet
+        [asked] = snippets.pending()
+        asked.set_result("what is the weather like")
+        await handled(h)
+        types = [e["type"] for e in h.events]
+        order = ["speech_started", "speech_stopped", "committed"]
+        at = [types.index(f"input_audio_buffer.{t}") for t in order]
+        assert at == sorted(at)
+        assert h.responses_done()[0]["status"] == "cancelled"
+        finish(executor)
+
+
+async def test_without_a_recognizer_duration_decides() -> None:
+    executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0))
+    async with Harness(executor, vad=SileroOnnxBackend()) as h:
+        await h.send(update(min_speech_ms=250))
+        await speaking(h)
+        # A 120 ms burst of speech: held, then dropped.
+        burst = load_wav("weather")[: 24_000 * 12 // 100]
+        await append_chunked(h, np.concatenate([silence(300), burst, silence(900)]))
+        await handled(h)
+        assert h.of("input_audio_buffer.speech_started") == []
+        assert h.of("input_audio_buffer.committed") == [] and h.responses_done() == []
+        # Real speech: out once it has lasted 250 ms, and the answer is cancelled.
+        await append_chunked(h, spoken("weather"))
+        await handled(h)
+        assert len(h.of("input_audio_buffer.speech_started")) == 1
+        assert [r["status"] for r in h.responses_done()] == ["cancelled"]
+        finish(executor)
+
+
+async def test_nothing_is_held_while_the_assistant_is_silent() -> None:
+    snippets = FakeSnippets()
+    async with Harness(snippets=snippets) as h:
+        await h.send(update())
+        await h.settle()
+        await append_chunked(h, spoken("weather"))
+        await h.settle()
+        assert len(h.of("input_audio_buffer.speech_started")) == 1
+        assert len(h.of("input_audio_buffer.committed")) == 1
+        assert snippets.calls == []
+
+
+async def test_two_held_utterances_in_one_append_are_two_turns() -> None:
+    # Both end inside one large append, before the recognizer can answer: the first is
+    # decided by its duration when the second starts; each turn holds its own speech.
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update())
+        await speaking(h)
+        first, second = load_wav("weather"), load_wav("lights")
+        await h.append(spoken("weather", "lights"))
+        await handled(h)
+        for future in snippets.pending():
+            future.set_result("tell me more about it")
+        await handled(h)
+        finish(executor)
+        await h.settle()
+        committed = h.of("input_audio_buffer.committed")
+        assert len(committed) == 2
+        last_prompt = executor.prompts[-1]
+        [turn] = [i for i in last_prompt.items if i.id == committed[1]["item_id"]]
+        assert turn.audio is not None
+        assert len(second) <= len(turn.audio) < len(first) + len(second)
