@@ -65,7 +65,6 @@ from engine.semantic_turns import (
 from engine.session_config import (
     SessionConfig,
     apply_update,
-    mapped_to_nearest,
     to_wire,
     unhonoured,
 )
@@ -847,8 +846,6 @@ class Session:
                 event.event_id,
             ) from None
         self.config = new
-        for note in mapped_to_nearest(event.session):
-            log.warning("session %s: session.update %s", self.session_id, note)
         if decoder is not None:
             self.decoder = decoder
         if denoiser_changed:

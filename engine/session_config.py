@@ -158,12 +158,6 @@ def unhonoured(patch: SessionIn, event_id: str | None = None) -> list[ProtocolEr
     return found
 
 
-def mapped_to_nearest(patch: SessionIn) -> list[str]:
-    """Values Parley replaces with its nearest behaviour, for a warning in the log
-    (none today)."""
-    return []
-
-
 def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:
     """The function tools (an MCP tool is reported by `unhonoured`, not applied)."""
     return tuple(
