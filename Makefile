@@ -127,6 +127,7 @@ eval-turns: $(VENV)/.installed-run
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq espeak-ng; \
 	  else echo "Install espeak-ng first: sudo apt-get install espeak-ng"; exit 1; fi; }
 	$(BIN)/python -m bench.turns $(EVAL_TURNS_ARGS)
+	$(BIN)/python -m bench.turns --scenarios interruptions $(EVAL_INTERRUPTIONS_ARGS)
 
 # Regenerates the committed speech fixtures (needs Debian's espeak-ng and sox).
 fixtures:
