@@ -31,7 +31,7 @@ from bench.turns import interruptions
 from bench.turns.corpus import SETS, make_corpus
 from bench.turns.interrupt_score import table as interruption_table
 from bench.turns.report import build, table, write
-from bench.turns.run import MODES, run
+from bench.turns.run import MODES, TURN_MODES, run
 from bench.turns.scenarios import KINDS, make_scenarios
 from bench.turns.synth import EspeakMissing
 
@@ -52,8 +52,9 @@ def parser() -> argparse.ArgumentParser:
         "--modes",
         nargs="+",
         choices=list(MODES),
-        help="default: every mode for turns; server_vad/silero, server_vad/webrtc and"
-        " semantic_vad/auto for interruptions",
+        help="default: every mode but the +qualified ones for turns; server_vad/silero,"
+        " server_vad/webrtc, semantic_vad/auto and server_vad/silero+qualified for"
+        " interruptions",
     )
     p.add_argument("--sets", nargs="+", choices=SETS, default=SETS)
     p.add_argument("--limit", type=int, help="at most this many items per set (or kind)")
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(missing, file=sys.stderr)
         return 2
     items = [it for s in args.sets for it in [i for i in corpus.items if i.set == s][: args.limit]]
-    modes = [MODES[name] for name in args.modes or MODES]
+    modes = [MODES[name] for name in args.modes or TURN_MODES]
     t0 = time.monotonic()
     results = asyncio.run(run(modes, corpus, items, args.speed, args.concurrency))
     report = build(results, args.seed, args.speed, args.concurrency, time.monotonic() - t0)

@@ -38,7 +38,12 @@ FIRST_AUDIO_TIMEOUT_MS = 10_000  # no audio delta by then: the item is not measu
 INSTRUCTIONS = "Tell the user about tomorrow's weather, at length."
 # Semantic eagerness changes when a turn ends, not when speech starts: the three modes
 # below are the default; any mode of bench/turns/run.py can be asked for.
-DEFAULT_MODES = ["server_vad/silero", "server_vad/webrtc", "semantic_vad/auto"]
+DEFAULT_MODES = [
+    "server_vad/silero",
+    "server_vad/webrtc",
+    "semantic_vad/auto",
+    "server_vad/silero+qualified",
+]
 
 
 class InterruptConn(TurnConn):
