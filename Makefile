@@ -119,15 +119,20 @@ soak: $(VENV)/.installed-run
 # Turn-taking evaluation (bench/turns/): a seeded espeak-ng set (complete questions,
 # mid-sentence hesitations, the questions at 10 and 5 dB SNR) streamed at real time through
 # `parley serve --executor scripted`, per turn-detection mode: cut-offs, missed and extra
-# turns, end-of-turn latency (about 4 minutes); table on stdout, JSON in
-# bench/results/turns.json (docs/turn-taking.md). More flags: EVAL_TURNS_ARGS="...".
+# turns, end-of-turn latency; table on stdout, JSON in bench/results/turns.json
+# (docs/turn-taking.md). More flags: EVAL_TURNS_ARGS="...". Then the interruptions:
+# backchannels, noise bursts, interrupting sentences and echo heard while the assistant
+# talks (about 4 minutes more), JSON in bench/results/interruptions.json; more flags:
+# EVAL_INTERRUPTIONS_ARGS="...".
 EVAL_TURNS_ARGS ?=
+EVAL_INTERRUPTIONS_ARGS ?=
 .PHONY: eval-turns
 eval-turns: $(VENV)/.installed-run
 	@command -v espeak-ng >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq espeak-ng; \
 	  else echo "Install espeak-ng first: sudo apt-get install espeak-ng"; exit 1; fi; }
 	$(BIN)/python -m bench.turns $(EVAL_TURNS_ARGS)
+	$(BIN)/python -m bench.turns --scenarios interruptions $(EVAL_INTERRUPTIONS_ARGS)
 
 # Regenerates the committed speech fixtures (needs Debian's espeak-ng and sox).
 fixtures:

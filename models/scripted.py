@@ -3,15 +3,20 @@
 Its reply says what it received: the sample count of the latest user audio turn and
 the number of items in the prompt, so a test can check exactly what each prompt
 held. Audio is a quiet tone, `chunk_ms` per chunk, with one word of the reply as
-each chunk's transcript.
+each chunk's transcript. Given `speech` (PARLEY_SCRIPTED_SPEECH, a WAV), every audio
+reply speaks that recording whole instead, `chunk_ms` at a time, its words spread over
+the chunks: an assistant that talks for seconds with speech, for measuring what the
+user's side does while it does (bench/turns/interruptions.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import wave
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, TypeVar
 
 import numpy as np
@@ -29,12 +34,22 @@ from models.base import (
 T = TypeVar("T")
 
 
+def read_speech(path: Path) -> np.ndarray:
+    """A 24 kHz mono pcm16 WAV (the protocol's audio) as int16 samples."""
+    with wave.open(str(path), "rb") as wav:
+        if (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) != (PCM_RATE, 1, 2):
+            raise ValueError(f"{path.name}: the scripted speech must be 24 kHz mono pcm16")
+        return np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.int16)
+
+
 @dataclass
 class ScriptedExecutor(Executor):
     chunk_ms: int = 100
     # Wall-clock pause before each chunk; 0 still yields to the loop each chunk.
     chunk_delay_s: float = 0.0
     output_rate: int = PCM_RATE
+    # int16 mono at output_rate: what every audio reply says instead of the tone.
+    speech: np.ndarray | None = None
     name: str = "scripted"
     # Test seams: when set, each chunk / prepare / abort first waits on them.
     chunk_gate: asyncio.Semaphore | None = None
@@ -105,22 +120,34 @@ class ScriptedExecutor(Executor):
         cut = prompt.max_output_tokens is not None and len(words) > prompt.max_output_tokens
         if cut:
             words = words[: prompt.max_output_tokens]  # one word is one "token" here
-        n = self.chunk_ms * self.output_rate // 1000
-        t = np.arange(n) / self.output_rate
-        tone = (1000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
-        for i, word in enumerate(words):
+        chunks = self.chunks_for(words, "audio" in prompt.output_modalities)
+        for i, (text, audio) in enumerate(chunks):
             if self.chunk_gate is not None:
                 await self.chunk_gate.acquire()
             else:
                 await asyncio.sleep(self.chunk_delay_s)
             if prompt.request_id in self._aborted:
                 return
-            text = word if i == 0 else " " + word
-            finish: Literal["length"] | None = "length" if cut and i == len(words) - 1 else None
-            if "audio" in prompt.output_modalities:
-                yield OutputChunk(audio=tone, text=text, finish=finish)
-            else:
-                yield OutputChunk(text=text, finish=finish)
+            finish: Literal["length"] | None = "length" if cut and i == len(chunks) - 1 else None
+            yield OutputChunk(audio=audio, text=text, finish=finish)
+
+    def chunks_for(self, words: list[str], audio: bool) -> list[tuple[str, np.ndarray | None]]:
+        """The reply's chunks: one word each (with a tone chunk when audio is asked
+        for), or the speech whole with the words spread evenly over its chunks."""
+        texts = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        if not audio:
+            return [(text, None) for text in texts]
+        n = self.chunk_ms * self.output_rate // 1000
+        if self.speech is None or not len(self.speech):
+            tone = (1000 * np.sin(2 * np.pi * 220 * np.arange(n) / self.output_rate)).astype(
+                np.int16
+            )
+            return [(text, tone) for text in texts]
+        pieces = [self.speech[i : i + n] for i in range(0, len(self.speech), n)]
+        spoken = [""] * len(pieces)
+        for i, text in enumerate(texts):
+            spoken[i * len(pieces) // len(texts)] += text
+        return list(zip(spoken, pieces, strict=True))
 
     async def abort(self, request_id: str) -> None:
         self._record(self.abort_requests, request_id)

@@ -23,7 +23,7 @@ from engine.observer import Observer
 from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
 from engine.vad_batch import VadBatcher
 from models.base import Executor
-from models.scripted import ScriptedExecutor
+from models.scripted import ScriptedExecutor, read_speech
 from models.speech.snippets import WhisperSnippets
 from models.turn.smart_turn import load_smart_turn
 from server.auth import (
@@ -65,8 +65,11 @@ def make_executor(settings: Settings) -> Executor:
         )
     if settings.executor in ("vllm", "openai_compat"):
         return make_hosted_executor(settings)
+    speech = settings.scripted_speech
     return ScriptedExecutor(
-        chunk_ms=settings.scripted_chunk_ms, chunk_delay_s=settings.scripted_chunk_delay_s
+        chunk_ms=settings.scripted_chunk_ms,
+        chunk_delay_s=settings.scripted_chunk_delay_s,
+        speech=None if speech is None else read_speech(speech),
     )
 
 

@@ -56,9 +56,12 @@ class Settings(BaseSettings):
     # Concurrent calls into each model stage; more sessions wait their turn.
     model_concurrency: int = Field(default=1, ge=1)
     max_output_tokens: int = Field(default=120, ge=1)
-    # Scripted executor: audio per chunk and the wall-clock pause between chunks.
+    # Scripted executor: audio per chunk and the wall-clock pause between chunks; a
+    # 24 kHz mono pcm16 WAV every audio reply speaks whole instead of its short tone
+    # (an assistant that talks for seconds: make eval-turns' interruptions).
     scripted_chunk_ms: int = 100
     scripted_chunk_delay_s: float = 0.05
+    scripted_speech: Path | None = None
     # A WebSocket text frame larger than this gets an error event (the session
     # lives on); frames larger than twice this close the connection (1009).
     max_message_bytes: int = 16 * 1024 * 1024

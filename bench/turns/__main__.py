@@ -11,6 +11,12 @@ server_vad with Silero and with webrtcvad, semantic_vad at each eagerness (repor
 not supported when the server refuses it). Prints per mode and set the cut-offs, missed
 and extra turns and the end-of-turn latency after the true end of speech; writes JSON
 to bench/results/turns.json (or --out).
+
+`--scenarios interruptions` measures instead what the server does with sound heard
+while the assistant talks (bench/turns/interruptions.py): backchannels, non-speech
+bursts, interrupting sentences and the assistant's own echo, by default with
+server_vad (Silero, webrtcvad) and semantic_vad at auto; JSON to
+bench/results/interruptions.json.
 """
 
 from __future__ import annotations
@@ -21,9 +27,12 @@ import sys
 import time
 from pathlib import Path
 
+from bench.turns import interruptions
 from bench.turns.corpus import SETS, make_corpus
+from bench.turns.interrupt_score import table as interruption_table
 from bench.turns.report import build, table, write
-from bench.turns.run import MODES, run
+from bench.turns.run import MODES, TURN_MODES, run
+from bench.turns.scenarios import KINDS, make_scenarios
 from bench.turns.synth import EspeakMissing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,33 +41,71 @@ ROOT = Path(__file__).resolve().parents[2]
 def parser() -> argparse.ArgumentParser:
     assert __doc__
     p = argparse.ArgumentParser(prog="python -m bench.turns", description=__doc__.split("\n")[0])
-    p.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    p.add_argument(
+        "--scenarios",
+        choices=["turns", "interruptions"],
+        default="turns",
+        help="turns: when each mode ends the user's turn (default); interruptions: what it"
+        " does with sound heard while the assistant talks",
+    )
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        choices=list(MODES),
+        help="default: every mode but the +qualified ones for turns; server_vad/silero,"
+        " server_vad/webrtc, semantic_vad/auto and server_vad/silero+qualified for"
+        " interruptions",
+    )
     p.add_argument("--sets", nargs="+", choices=SETS, default=SETS)
-    p.add_argument("--limit", type=int, help="at most this many items per set")
+    p.add_argument("--limit", type=int, help="at most this many items per set (or kind)")
     p.add_argument("--seed", type=int, default=15)
     p.add_argument(
-        "--speed", type=float, default=1.0, help="stream this many times faster than real time"
+        "--speed",
+        type=float,
+        default=1.0,
+        help="stream this many times faster than real time (turns only)",
     )
     p.add_argument("--concurrency", type=int, default=4, help="streams at once (default 4)")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "turns.json")
+    p.add_argument("--out", type=Path, help="default bench/results/<scenarios>.json")
     return p
+
+
+def main_interruptions(args: argparse.Namespace) -> int:
+    try:
+        made = make_scenarios(args.seed)
+    except EspeakMissing as missing:
+        print(missing, file=sys.stderr)
+        return 2
+    kinds = [[i for i in made.items if i.kind == k][: args.limit] for k in KINDS]
+    modes = [MODES[name] for name in args.modes or interruptions.DEFAULT_MODES]
+    t0 = time.monotonic()
+    results = asyncio.run(interruptions.run(modes, [i for k in kinds for i in k], args.concurrency))
+    report = interruptions.build(results, made, args.concurrency, time.monotonic() - t0)
+    print(interruption_table(report))
+    out = args.out or ROOT / "bench" / "results" / "interruptions.json"
+    write(report, out)
+    print(f"{report['run_s']:.0f} s; wrote {out}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.scenarios == "interruptions":
+        return main_interruptions(args)
     try:
         corpus = make_corpus(args.seed)
     except EspeakMissing as missing:
         print(missing, file=sys.stderr)
         return 2
     items = [it for s in args.sets for it in [i for i in corpus.items if i.set == s][: args.limit]]
-    modes = [MODES[name] for name in args.modes]
+    modes = [MODES[name] for name in args.modes or TURN_MODES]
     t0 = time.monotonic()
     results = asyncio.run(run(modes, corpus, items, args.speed, args.concurrency))
     report = build(results, args.seed, args.speed, args.concurrency, time.monotonic() - t0)
     print(table(report))
-    write(report, args.out)
-    print(f"{report['run_s']:.0f} s; wrote {args.out}")
+    out = args.out or ROOT / "bench" / "results" / "turns.json"
+    write(report, out)
+    print(f"{report['run_s']:.0f} s; wrote {out}")
     return 0
 
 

@@ -41,10 +41,20 @@ def all_modes() -> list[Mode]:
         modes.append(
             Mode(f"semantic_vad/{eagerness}", "silero", detection, wait_ms + SEMANTIC_MARGIN_MS)
         )
+    # Qualified interruption (engine/interruption.py): only changes what happens while
+    # the assistant talks, so only the interruption scenarios run it by default.
+    for base in ("server_vad/silero", "semantic_vad/auto"):
+        mode = next(m for m in modes if m.name == base)
+        detection = {**mode.turn_detection, "interruption": QUALIFIED}
+        modes.append(Mode(f"{base}+qualified", mode.backend, detection, mode.trail_ms))
     return modes
 
 
+# The interruption settings the "+qualified" modes ask for.
+QUALIFIED = {"min_speech_ms": 250, "max_backchannel_ms": 1000}
 MODES = {m.name: m for m in all_modes()}
+# What `python -m bench.turns` measures turn ends with by default.
+TURN_MODES = [name for name in MODES if not name.endswith("+qualified")]
 
 
 @dataclass
