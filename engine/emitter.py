@@ -7,7 +7,11 @@ The outbox sits between the session (and its response tasks) and the connection'
 writer task. It is bounded: producers of output (audio deltas) wait when it is full,
 which throttles generation to what the client reads. Control events (errors,
 terminal events, VAD events) never wait: a reserve above the limit keeps room for
-them, and a client that lets even the reserve fill is not reading at all.
+them, and a client that lets even the reserve fill is not reading at all. The limit
+and its reserve are counted twice, in events and in characters of JSON, so what a
+client that stops reading holds is bounded in memory too: an output event can carry
+a sentence of audio (~1 MB) and a control event can echo a client's largest message
+(a `session.updated` with its instructions).
 
 Output carries the epoch of the response that produced it. The writer checks it
 when it takes an event off the queue, so output queued before a cancel or barge-in
@@ -72,10 +76,19 @@ def build(cls: type[E], event_id: str, **fields: Any) -> E:
 
 
 class Outbox:
-    def __init__(self, limit: int = 256, reserve: int = 64) -> None:
+    def __init__(
+        self,
+        limit: int = 256,
+        reserve: int = 64,
+        limit_chars: int = 8 << 20,
+        reserve_chars: int = 24 << 20,
+    ) -> None:
         self._queue: deque[OutEvent] = deque()
         self._limit = limit
         self._reserve = reserve
+        self._limit_chars = limit_chars
+        self._reserve_chars = reserve_chars
+        self.chars = 0  # JSON characters queued
         self._readable = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
@@ -89,15 +102,20 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._queue)
 
+    def full(self) -> bool:
+        """Output must wait: the queue is at its limit in events or in characters."""
+        return len(self._queue) >= self._limit or self.chars >= self._limit_chars
+
     def _push(self, event: OutEvent) -> None:
         self._queue.append(event)
+        self.chars += len(event.text)
         self._readable.set()
-        if len(self._queue) >= self._limit:
+        if self.full():
             self._writable.clear()
 
     async def put(self, event: OutEvent) -> None:
         """Queue output, waiting while the queue is at its limit."""
-        while len(self._queue) >= self._limit and not self._closed:
+        while self.full() and not self._closed:
             await self._writable.wait()
         if not self._closed:
             self._push(event)
@@ -107,6 +125,10 @@ class Outbox:
             return
         if len(self._queue) >= self._limit + self._reserve:
             raise OutboxOverflow(f"{len(self._queue)} events unread")
+        # An empty queue takes any event: one event is bounded by the largest
+        # client message it can echo.
+        if self._queue and self.chars + len(event.text) > self._limit_chars + self._reserve_chars:
+            raise OutboxOverflow(f"{self.chars} characters unread")
         self._push(event)
 
     def _is_stale(self, event: OutEvent) -> bool:
@@ -116,6 +138,7 @@ class Outbox:
         """Free the room held by output of an old epoch (the writer would skip it)."""
         before = len(self._queue)
         self._queue = deque(e for e in self._queue if not self._is_stale(e))
+        self.chars = sum(len(e.text) for e in self._queue)
         self._after_take()
         return before - len(self._queue)
 
@@ -130,7 +153,7 @@ class Outbox:
             self.sent_samples.pop(item_id, None)
 
     def _after_take(self) -> None:
-        if len(self._queue) < self._limit:
+        if not self.full():
             self._writable.set()
         if not self._queue:
             self._readable.clear()
@@ -143,6 +166,7 @@ class Outbox:
                     return None
                 await self._readable.wait()
             event = self._queue.popleft()
+            self.chars -= len(event.text)
             self._after_take()
             if self._is_stale(event):
                 continue

@@ -14,8 +14,14 @@ class EngineLimits:
     abort_timeout_s: float = 0.5  # bounded wait for the model to acknowledge an abort
     vad_offload_samples: int = PCM_RATE  # appends longer than this run VAD in a thread
     mailbox_slots: int = 64  # client events queued before the reader waits
+    # Server events queued for the writer: output waits at the limit, control events
+    # may use the reserve above it, past which the client is not reading (1008).
+    # Counted in events and in JSON characters (an output event can carry a sentence
+    # of audio, ~1 MB; a control event can echo the largest client message).
     outbox_limit: int = 256
     outbox_reserve: int = 64
+    outbox_limit_chars: int = 8 << 20
+    outbox_reserve_chars: int = 24 << 20
     # `conversation: "none"` responses running at once; one more is refused
     # (each holds a model request, and the model is shared by every session).
     max_out_of_band_responses: int = 4

@@ -208,7 +208,12 @@ class Session:
         config = SessionConfig(model=model)
         self.config = apply_update(config, preset, audio_started=False) if preset else config
         self.observer = observer  # None: nothing is reported, at no cost
-        self.outbox = Outbox(self.limits.outbox_limit, self.limits.outbox_reserve)
+        self.outbox = Outbox(
+            self.limits.outbox_limit,
+            self.limits.outbox_reserve,
+            self.limits.outbox_limit_chars,
+            self.limits.outbox_reserve_chars,
+        )
         if observer is not None:
             session_id = self.session_id
             self.outbox.on_first_audio = lambda item: observer.first_audio_sent(session_id, item)
@@ -314,7 +319,7 @@ class Session:
                     self.responder.start_deferred()
                 finally:
                     self._busy = False
-                if len(self.outbox) >= self.limits.outbox_limit:
+                if self.outbox.full():
                     # Queued messages are taken without a pause: let the writer run
                     # before the next, or a burst of client events could fill the
                     # control reserve and a client that reads would look stalled.

@@ -55,3 +55,32 @@ async def test_an_item_is_forgotten_only_once_its_audio_left_the_queue() -> None
     assert await box.get() is not None
     box.forget("x")
     assert box.sent_samples == {} and not box.holds_output_of("conversation")
+
+
+async def test_outbox_is_bounded_in_characters_too() -> None:
+    """Few large events (a sentence of audio, an echoed 16 MiB instruction) must not
+    let a client that stops reading hold more than the character bound."""
+    box = Outbox(limit=100, reserve=10, limit_chars=10, reserve_chars=5)
+    await box.put(OutEvent("x" * 6, "d", epoch=0))
+    await box.put(OutEvent("x" * 6, "d", epoch=0))  # 12 characters: at the limit
+    blocked = asyncio.ensure_future(box.put(OutEvent("y", "d", epoch=0)))
+    await asyncio.sleep(0)
+    assert not blocked.done() and box.chars == 12
+    box.put_control(OutEvent("c" * 3, "error"))  # 15: within the reserve
+    with pytest.raises(OutboxOverflow):
+        box.put_control(OutEvent("c", "error"))  # 16: past it
+    taken = [await box.get() for _ in range(2)]
+    assert [e.text for e in taken if e is not None] == ["x" * 6, "x" * 6]
+    await asyncio.sleep(0)
+    await blocked  # room again: output moves
+    assert box.chars == 4
+
+
+def test_an_empty_outbox_takes_an_event_larger_than_its_bound() -> None:
+    """One event is bounded by the client message it echoes; a reading client whose
+    queue is empty is never closed for sending a large update."""
+    box = Outbox(limit=4, reserve=2, limit_chars=10, reserve_chars=5)
+    box.put_control(OutEvent("u" * 100, "session.updated"))
+    assert len(box) == 1 and box.chars == 100
+    with pytest.raises(OutboxOverflow):
+        box.put_control(OutEvent("e", "error"))
