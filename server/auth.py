@@ -23,7 +23,13 @@ from openai.types.realtime import SessionCreatedEvent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.emitter import build
-from engine.protocol import ProtocolError, SessionIn, normalize_session, validation_error
+from engine.protocol import (
+    ProtocolError,
+    SessionIn,
+    loads_json,
+    normalize_session,
+    validation_error,
+)
 from engine.session_config import SessionConfig, apply_update, to_wire
 from server.ephemeral_keys import (
     EPHEMERAL_PREFIX,
@@ -188,7 +194,8 @@ class KeyStore:
 
 
 class _ExpiresAfter(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # Strict as the session is: "600" or 600.0 is an invalid_type, as OpenAI says.
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
     anchor: Literal["created_at"] = "created_at"
     seconds: int = Field(ge=10, le=7200)  # OpenAI's bounds
 
@@ -202,7 +209,7 @@ class ClientSecretRequest(BaseModel):
 def parse_client_secret_request(body: bytes) -> ClientSecretRequest:
     """The request body, or ApiError 400 naming the offending `param`."""
     try:
-        raw = json.loads(body) if body.strip() else {}
+        raw = loads_json(body) if body.strip() else {}
     except (ValueError, RecursionError):
         raise ApiError(400, "invalid_json", "The request body is not valid JSON.") from None
     if not isinstance(raw, dict):

@@ -40,7 +40,7 @@ from engine.protocol.events import (
     TurnDetectionIn,
 )
 from engine.protocol.normalize import normalize, normalize_session
-from engine.protocol.parse import APPEND, SUPPORTED_TYPES, parse_client_event
+from engine.protocol.parse import APPEND, SUPPORTED_TYPES, loads_json, parse_client_event
 
 __all__ = [
     "APPEND",
@@ -72,6 +72,7 @@ __all__ = [
     "ToolIn",
     "TranscriptionIn",
     "TurnDetectionIn",
+    "loads_json",
     "normalize",
     "normalize_session",
     "parse_client_event",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -40,6 +41,16 @@ APPEND = "input_audio_buffer.append"
 SUPPORTED_TYPES = sorted([APPEND, *EVENT_MODELS])
 
 
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def loads_json(text: str | bytes) -> Any:
+    """json.loads without Python's extensions: NaN and Infinity are refused as
+    OpenAI refuses them, never taken in and echoed back as null."""
+    return json.loads(text, parse_constant=_not_json)
+
+
 def parse_client_event(text: str | bytes, max_bytes: int) -> ClientEvent:
     """Parse one WebSocket text frame into a client event, or raise ProtocolError."""
     size = len(text)
@@ -53,7 +64,7 @@ def parse_client_event(text: str | bytes, max_bytes: int) -> ClientEvent:
             f"Message of {size} bytes exceeds the limit of {max_bytes} bytes.",
         )
     try:
-        raw = json.loads(text)
+        raw = loads_json(text)
     except (ValueError, RecursionError) as exc:
         # ValueError covers JSONDecodeError and UnicodeDecodeError, and also what
         # json raises for integers too long to convert; RecursionError is deep nesting.

@@ -15,6 +15,10 @@ from engine.protocol import ProtocolError, parse_client_event
         "[" * 100_000 + "]" * 100_000,  # nesting deeper than the parser's recursion
         '{"type": "input_audio_buffer.commit", "n": ' + "1" * 5000 + "}",  # int too long
         b"\xff\xfe not utf-8",
+        # Python's extensions to JSON: taken in, a session would echo them as null.
+        '{"type": "session.update", "session": {"type": "realtime", "tools": [{"type":'
+        ' "function", "name": "f", "parameters": {"x": NaN}}]}}',
+        '{"type": "input_audio_buffer.commit", "n": -Infinity}',
     ],
 )
 def test_pathological_json_is_invalid_json(frame: str | bytes) -> None:

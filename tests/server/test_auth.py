@@ -247,6 +247,8 @@ async def test_ephemeral_key_cannot_mint_and_is_not_used_up_trying(
             "expires_after.seconds",
         ),
         ({"expires_after": {"seconds": 7201}}, "invalid_value", "expires_after.seconds"),
+        ({"expires_after": {"seconds": "600"}}, "invalid_type", "expires_after.seconds"),
+        ({"expires_after": {"seconds": 600.0}}, "invalid_type", "expires_after.seconds"),
     ],
 )
 async def test_bad_client_secret_request_is_400(
@@ -308,23 +310,29 @@ def deep_schema(levels: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "param"),
     [
         # Too deep for the serializer (pydantic's depth limit, or another nesting limit).
-        json.dumps(
-            {
-                "session": {
-                    "tools": [{"type": "function", "name": "f", "parameters": deep_schema(300)}]
+        (
+            json.dumps(
+                {
+                    "session": {
+                        "tools": [{"type": "function", "name": "f", "parameters": deep_schema(300)}]
+                    }
                 }
-            }
+            ),
+            "session",
         ),
-        # JSON's NaN parses, but cannot be written back out as JSON.
-        '{"session": {"tools": [{"type": "function", "name": "f", "parameters": {"x": NaN}}]}}',
+        # Python's NaN, which could not be written back out as JSON: not JSON at all.
+        (
+            '{"session": {"tools": [{"type": "function", "name": "f", "parameters": {"x": NaN}}]}}',
+            None,
+        ),
     ],
     ids=["300-deep-schema", "nan"],
 )
 async def test_a_preset_that_cannot_be_serialized_is_400_and_gives_no_key(
-    serve: ServerFactory, body: str
+    serve: ServerFactory, body: str, param: str | None
 ) -> None:
     server = await serve(api_keys=[KEY])
     async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
@@ -337,7 +345,10 @@ async def test_a_preset_that_cannot_be_serialized_is_400_and_gives_no_key(
     assert set(response.json()) == {"error"}
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
-    assert error["param"] is not None and error["param"].startswith("session")
+    if param is None:
+        assert (error["code"], error["param"]) == ("invalid_json", None)
+    else:
+        assert error["param"] is not None and error["param"].startswith(param)
     # The server still mints and opens sessions.
     value = (await mint(server, {})).json()["value"]
     async with open_ws(server, additional_headers=bearer(value)) as ws:
