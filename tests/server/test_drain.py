@@ -1,6 +1,8 @@
 """SIGTERM drains a real `parley serve` process: not ready, no new sessions, the
-answer in flight finishes, then 1001; a client that stopped reading does not keep the
-process alive past the drain deadline. In one process and with `--workers 2`."""
+answer in flight finishes, then 1001; an answer longer than the drain is cancelled at
+the deadline with its `response.done`, then 1001; a client that stopped reading does
+not keep the process alive past the drain deadline. In one process and with
+`--workers 2`."""
 
 from __future__ import annotations
 
@@ -45,10 +47,20 @@ def parley(*flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
         yield proc, f"http://127.0.0.1:{port}"
 
 
-async def answer_in_flight(url: str) -> ClientConnection:
-    """A session whose (manual) answer has started streaming."""
+DRAINED = (1001, "Server shutting down; reconnect.")
+# The scripted executor reads a tool's output back, a word per chunk: 40 words at
+# 0.3 s are 12 s, far past the drain deadline.
+LONG_OUTPUT = " ".join(["word"] * 40)
+
+
+async def answer_in_flight(url: str, *, long: bool = False) -> ClientConnection:
+    """A session whose (manual) answer has started streaming; `long`: one that
+    outlasts the drain."""
     ws = await connect(url.replace("http", "ws") + "/v1/realtime", proxy=None, max_size=None)
     await ws.send(json.dumps(NO_VAD))
+    if long:
+        item = {"type": "function_call_output", "call_id": "call_1", "output": LONG_OUTPUT}
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
     await ws.send(json.dumps({"type": "response.create"}))
     while json.loads(await ws.recv())["type"] != "response.output_audio.delta":
         pass
@@ -105,6 +117,7 @@ async def check_drain(
 ) -> None:
     port = int(url.rsplit(":", 1)[1])
     talker = await answer_in_flight(url)
+    outlasting = await answer_in_flight(url, long=True)
     stuck: asyncio.Task[OSError | int | None] | None = None
     if stalled:
         flooded = threading.Event()
@@ -129,7 +142,15 @@ async def check_drain(
     events = await rest_of(talker)
     done = [e for e in events if e["type"] == "response.done"]
     assert len(done) == 1 and done[0]["response"]["status"] == "completed"
-    assert talker.close_code == 1001, (talker.close_code, talker.close_reason)
+    assert (talker.close_code, talker.close_reason) == DRAINED
+    # The answer longer than the drain is cancelled at its deadline: one
+    # response.done, nothing of the answer after it, then 1001.
+    events = await rest_of(outlasting)
+    kinds = [e["type"] for e in events]
+    assert kinds.count("response.done") == 1 and kinds[-1] == "response.done", kinds[-5:]
+    assert events[-1]["response"]["status"] == "cancelled"
+    assert time.monotonic() - signalled >= DRAIN_S
+    assert (outlasting.close_code, outlasting.close_reason) == DRAINED
     # The process ends by the deadline + a few seconds, stalled client or not.
     await asyncio.to_thread(proc.wait, EXIT_WITHIN_S + 5)
     assert time.monotonic() - signalled < EXIT_WITHIN_S
