@@ -180,7 +180,7 @@ class Ct2LanguageModel:
                 if piece:
                     yield piece
                 if is_degenerate(text):
-                    log.info("stopping a degenerate reply: %r", text[-60:])
+                    log.info("stopping a degenerate reply (%d characters)", len(text))
                     return
         finally:
             steps.close()
