@@ -415,6 +415,15 @@ class SessionMachine(RuleBasedStateMachine):
     def stop_reading(self) -> None:
         self.client.reading.clear()
 
+    @precondition(lambda self: not self.client.ended)
+    @rule()
+    def burst_of_refused_events(self) -> None:
+        """More refused events at once than the outbox and its reserve hold (each
+        gets an error, a control event): a reading client gets every one, a client
+        that stopped reading is closed (the invariants check both)."""
+        n = LIMITS.outbox_limit + LIMITS.outbox_reserve + 1
+        self.send_all([{"type": "conversation.item.retrieve", "item_id": "item_unknown"}] * n)
+
     @precondition(lambda self: not self.client.ended and not self.client.reading.is_set())
     @rule()
     def resume_reading(self) -> None:
