@@ -3,13 +3,16 @@ it interrupts. Pure decisions; the session holds the state (engine/session.py).
 
 Speech that starts while a response streams, or while its audio still plays at the
 client (by the clock of what was sent), is *held*: no `speech_started` (clients
-flush their playback on it), no barge-in. It qualifies once it has lasted
-`min_speech_ms` and, when the session has a snippet classifier, once the classifier
-has heard words that are not a backchannel; or once it has lasted
-`max_backchannel_ms`, whatever it says. Then `speech_started` goes out with the true
-`audio_start_ms` and the barge-in happens. Held speech that ends without qualifying
-(a cough, a knock, "mm-hm") is dropped: no events, no turn, the answer goes on.
-Outside assistant speech nothing is held: turn start is as fast as ever.
+flush their playback on it), no barge-in. From `min_speech_ms` on, the snippet
+recognizer hears it, and hears it again every `HEAR_EVERY_MS` of further speech
+(a hearing takes ~50 ms): it qualifies as soon as the recognizer is *sure* of words
+that are not a backchannel. Words it is not sure of (background talk, noise heard
+as words) qualify only once the held speech has lasted `max_backchannel_ms`. Then
+`speech_started` goes out with the true `audio_start_ms` and the barge-in happens.
+Held speech that ends without qualifying (a cough, a knock, "mm-hm") is heard once
+more whole, then dropped: no events, no turn, the answer goes on. Without a
+recognizer, duration alone qualifies it (`min_speech_ms`). Outside assistant
+speech nothing is held: turn start is as fast as ever.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from models.speech.snippets import Hearing
 
 # Said to mean "go on": never an interruption on their own. Matched on whole words,
 # case and punctuation aside.
@@ -56,27 +61,33 @@ DEFAULT_BACKCHANNELS: tuple[str, ...] = (
 )
 
 
+# Held speech is heard again once it has this much more speech than the last hearing.
+HEAR_EVERY_MS = 100
+
+
 @dataclass(frozen=True)
 class InterruptionParams:
     """The `interruption` extension of `turn_detection` (OpenAI clients never send it)."""
 
     enabled: bool = True
-    min_speech_ms: int = 250  # held speech shorter than this never interrupts
-    max_backchannel_ms: int = 1000  # held speech this long interrupts whatever it says
+    min_speech_ms: int = 200  # held speech shorter than this never interrupts
+    # Held speech this long interrupts on words the recognizer is not sure of.
+    max_backchannel_ms: int = 2000
     backchannels: tuple[str, ...] = DEFAULT_BACKCHANNELS
 
 
 class SnippetRecognizer(Protocol):
-    """Hears held speech: its transcript (24 kHz pcm16 in), "" when there are no
-    words, None when it cannot tell. models/speech/snippets.py implements it."""
+    """Hears held speech (24 kHz pcm16 in): its transcript ("" when there are no
+    words), None when it cannot tell. models/speech/snippets.py implements it."""
 
-    async def transcribe(self, pcm: npt.NDArray[np.int16]) -> str | None: ...
+    async def transcribe(self, pcm: npt.NDArray[np.int16]) -> Hearing | None: ...
 
 
 class Heard(Enum):
     """What the snippet classifier made of held speech."""
 
     WORDS = "words"  # a real interruption
+    UNSURE = "unsure"  # words, but the recognizer is not sure: talk in the background?
     BACKCHANNEL = "backchannel"
     NOISE = "noise"  # no words: a cough, a knock, the assistant's own echo
 
@@ -99,23 +110,32 @@ def held_verdict(
     *,
     ended: bool,
     heard: Heard | None,
-    asked: bool,
+    heard_ms: int,
+    pending: bool,
     can_classify: bool,
 ) -> Verdict:
     """The next step for held speech `speech_ms` long (onset to now, or to its end
-    when `ended`): `heard` is the classifier's answer once it came, `asked` whether
-    it was asked."""
+    when `ended`). `heard` is the latest hearing's answer, of the first `heard_ms`
+    of speech; `pending`: a hearing is under way."""
     if heard is Heard.WORDS:
         return Verdict.INTERRUPT
-    if not ended and speech_ms >= params.max_backchannel_ms:
-        return Verdict.INTERRUPT  # too long for a backchannel
     if speech_ms < params.min_speech_ms:
         return Verdict.DROP if ended else Verdict.WAIT
-    if heard is not None:  # a backchannel or noise
-        return Verdict.DROP if ended else Verdict.WAIT
+    if heard is Heard.UNSURE and speech_ms >= params.max_backchannel_ms:
+        return Verdict.INTERRUPT  # too long a run of words for a backchannel
     if not can_classify:
-        return Verdict.INTERRUPT
-    return Verdict.WAIT if asked else Verdict.CLASSIFY
+        # Without a recognizer duration decides; with one, only what it heard.
+        if heard is None:
+            return Verdict.INTERRUPT  # never heard: do not swallow an interruption
+        return Verdict.DROP if ended else Verdict.WAIT
+    if pending:
+        return Verdict.WAIT
+    if ended:
+        # Heard whole and not words: drop it; else hear the whole of it once more.
+        return Verdict.DROP if heard is not None and heard_ms >= speech_ms else Verdict.CLASSIFY
+    if heard is None or speech_ms - heard_ms >= HEAR_EVERY_MS:
+        return Verdict.CLASSIFY
+    return Verdict.WAIT
 
 
 _NOT_WORD = re.compile(r"[^a-z' ]+")
@@ -131,10 +151,10 @@ def normalize(text: str) -> str:
 _HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|a+h+|o+h+|e+r+m*|u+m+)$")
 
 
-def heard_of(text: str, backchannels: tuple[str, ...]) -> Heard:
+def heard_of(text: str, backchannels: tuple[str, ...], *, sure: bool = True) -> Heard:
     """What a transcript of held speech is: no words is noise; nothing but
     backchannel phrases and hums ("yeah yeah", "okay, right", "Mmm, mmm") is a
-    backchannel."""
+    backchannel; other words are words if the recognizer is `sure` of them."""
     words = normalize(text).split()
     if not words:
         return Heard.NOISE
@@ -152,6 +172,6 @@ def heard_of(text: str, backchannels: tuple[str, ...]) -> Heard:
             1 if _HUM.match(words[i]) else 0,
         )
         if n == 0:
-            return Heard.WORDS
+            return Heard.WORDS if sure else Heard.UNSURE
         i += n
     return Heard.BACKCHANNEL

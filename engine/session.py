@@ -42,7 +42,14 @@ from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
 from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.history import audio_to_release, items_to_drop
 from engine.input_buffer import InputBuffer
-from engine.interruption import Heard, SnippetRecognizer, Verdict, heard_of, held_verdict, holds
+from engine.interruption import (
+    Heard,
+    SnippetRecognizer,
+    Verdict,
+    heard_of,
+    held_verdict,
+    holds,
+)
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
@@ -82,6 +89,7 @@ from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
 from models.errors import ModelMissing
 from models.speech.denoise import Denoiser
+from models.speech.snippets import Hearing
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +105,10 @@ class PreparationFinished:
 
 @dataclass(frozen=True)
 class SnippetHeard:
-    """The snippet recognizer's transcript of held speech (None: it could not)."""
+    """The snippet recognizer's hearing of held speech (None: it could not)."""
 
     request: int
-    text: str | None
+    hearing: Hearing | None
 
 
 @dataclass
@@ -113,8 +121,10 @@ class HeldSpeech:
     audio_start_ms: int
     onset_ms: int
     last_speech_ms: int  # the latest audio the VAD called speech
-    request: int = 0  # the snippet request that answers for it (0: not asked)
-    heard: Heard | None = None
+    request: int = 0  # the snippet request under way (0: none)
+    asked_ms: int = 0  # how much of its speech that request hears
+    heard: Heard | None = None  # the latest hearing's answer
+    heard_ms: int = 0  # of this much of its speech
     stop: SpeechStopped | None = None  # it ended; the verdict is still to come
     frame_received: float | None = None
 
@@ -556,11 +566,12 @@ class Session:
             speech_ms,
             ended=held.stop is not None,
             heard=held.heard,
-            asked=held.request != 0,
+            heard_ms=held.heard_ms,
+            pending=held.request != 0,
             can_classify=self.snippets is not None and not final,
         )
         if verdict is Verdict.CLASSIFY:
-            self._ask_snippet(held)
+            self._ask_snippet(held, speech_ms)
         elif verdict is Verdict.INTERRUPT:
             self._held = None
             self._cancel_snippet()
@@ -576,7 +587,8 @@ class Session:
                 self._speech = None
                 self.buffer.discard_before(self.buffer.ms_to_pos(held.stop.audio_end_ms))
 
-    def _ask_snippet(self, held: HeldSpeech) -> None:
+    def _ask_snippet(self, held: HeldSpeech, speech_ms: int) -> None:
+        """Hear the held speech so far (`speech_ms` of it)."""
         recognizer = self.snippets
         assert recognizer is not None
         end = (
@@ -585,17 +597,18 @@ class Session:
         audio = self.buffer.copy(held.start, end)
         self._snippet_requests += 1
         request = held.request = self._snippet_requests
+        held.asked_ms = speech_ms
         session_id = self.session_id
 
         async def hear() -> None:
             try:
-                text = await recognizer.transcribe(audio)
+                hearing = await recognizer.transcribe(audio)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("session %s: hearing held speech failed", session_id)
-                text = None
-            self._post(SnippetHeard(request, text))
+                hearing = None
+            self._post(SnippetHeard(request, hearing))
 
         self._cancel_snippet()
         self._snippet_task = asyncio.create_task(hear())
@@ -606,11 +619,12 @@ class Session:
         if held is None or held.request != message.request or params is None:
             return  # stale: decided meanwhile
         self._snippet_task = None
-        interruption = params.interruption
-        if message.text is None or interruption is None:
+        held.request, held.heard_ms = 0, held.asked_ms
+        interruption, hearing = params.interruption, message.hearing
+        if hearing is None or interruption is None:
             held.heard = Heard.WORDS  # cannot tell: do not swallow an interruption
         else:
-            held.heard = heard_of(message.text, interruption.backchannels)
+            held.heard = heard_of(hearing.text, interruption.backchannels, sure=hearing.sure)
         await self._advance_held()
 
     def _cancel_snippet(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -50,8 +52,11 @@ def all_modes() -> list[Mode]:
     return modes
 
 
-# The interruption settings the "+qualified" modes ask for.
-QUALIFIED = {"min_speech_ms": 250, "max_backchannel_ms": 1000}
+# The interruption settings the "+qualified" modes ask for: the engine's defaults
+# (engine/interruption.py), or PARLEY_EVAL_INTERRUPTION (JSON) to try others.
+QUALIFIED: dict[str, object] = json.loads(os.environ.get("PARLEY_EVAL_INTERRUPTION", "{}")) or {
+    "enabled": True
+}
 MODES = {m.name: m for m in all_modes()}
 # What `python -m bench.turns` measures turn ends with by default.
 TURN_MODES = [name for name in MODES if not name.endswith("+qualified")]

@@ -1,40 +1,142 @@
 """Hears held speech for qualified interruption (engine/interruption.py): Whisper
-tiny.en, beam 1 (a snippet is a few words), on a worker thread of its own, loaded on
-first use so a server whose sessions never hold speech never pays for it."""
+tiny.en on CTranslate2, called directly rather than through faster-whisper's
+`transcribe`, for two reasons measured on 2 cores:
+
+- Speed. `transcribe` pads every input to Whisper's 30 s window, and the encoder
+  over 30 s takes ~450 ms on one thread; over a 5 s window it takes ~25 ms. A held
+  snippet is a second or two, so it is heard in a window of at least 5 s (the
+  shortest that kept tiny's transcripts as good as the 30 s window's on the
+  interruption set; shorter windows made it repeat and invent words): ~50 ms a
+  hearing, so held speech can be heard again every 100 ms as it grows.
+- Confidence. A hearing says whether Whisper is sure of its words (mean token
+  log-probability and no-speech probability, the two signals faster-whisper itself
+  uses to call a window silent). Whisper hears words in a knock or in background
+  talk ("Thank you.", "Oh, God."), but is unsure of them.
+
+One worker thread, loaded on first use so a server whose sessions never hold speech
+never pays for it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import soxr
 
 from models.base import PCM_RATE
-from models.speech.asr import SpeechRecognizer, WhisperRecognizer
+from models.speech.asr import WHISPER_RATE, resolve_whisper
 
 log = logging.getLogger(__name__)
+
+MIN_WINDOW_S = 5
+MAX_WINDOW_S = 30  # Whisper's own; longer held speech is heard by its last 30 s
+MAX_TOKENS = 24  # a snippet is a few words; a runaway transcript stops here
+# Sure of its words: chosen on the interruption set of `make eval-turns` (replayed
+# offline, every 100 ms of each item): the loosest pair with no backchannel, babble
+# or noise burst heard as sure words; every interrupting sentence was, by 650 ms
+# (p50) of its speech.
+MIN_MEAN_LOGPROB = -1.8
+MAX_NO_SPEECH = 0.5
+# No words at all, as faster-whisper decides it (its defaults): Whisper hears "you"
+# in silence and "Thank you." in a cough, and says it is probably not speech.
+SILENT_NO_SPEECH = 0.6
+SILENT_MEAN_LOGPROB = -1.0
+
+
+@dataclass(frozen=True)
+class Hearing:
+    """A transcript of held speech and whether the recognizer is sure of it."""
+
+    text: str
+    sure: bool = True
+
+
+def window_s(samples_16k: int) -> int:
+    """The window a snippet is heard in: whole seconds, at least MIN_WINDOW_S, with
+    half a second of silence after the speech."""
+    return max(MIN_WINDOW_S, min(MAX_WINDOW_S, math.ceil(samples_16k / WHISPER_RATE + 0.5)))
+
+
+def hearing_of(text: str, mean_logprob: float, no_speech: float) -> Hearing:
+    """Whisper's transcript with its two confidences, as a hearing."""
+    if no_speech > SILENT_NO_SPEECH and mean_logprob < SILENT_MEAN_LOGPROB:
+        return Hearing("")
+    return Hearing(text, mean_logprob >= MIN_MEAN_LOGPROB and no_speech <= MAX_NO_SPEECH)
+
+
+class _Whisper:
+    """The loaded model, its tokenizer and feature extractor."""
+
+    def __init__(self, model: str, threads: int) -> None:
+        import ctranslate2  # heavy imports: only when used
+        import tokenizers
+        from faster_whisper.feature_extractor import FeatureExtractor
+        from faster_whisper.tokenizer import Tokenizer
+
+        path = resolve_whisper(model)
+        self._ct2 = ctranslate2
+        self.model = ctranslate2.models.Whisper(
+            str(path), device="cpu", compute_type="int8", intra_threads=threads
+        )
+        self.tokenizer = Tokenizer(
+            tokenizers.Tokenizer.from_file(str(path / "tokenizer.json")),
+            self.model.is_multilingual,
+            task="transcribe",
+            language="en",
+        )
+        self.features = FeatureExtractor(feature_size=self.model.n_mels)
+        self.prompt = [*self.tokenizer.sot_sequence, self.tokenizer.no_timestamps]
+
+    def hear(self, audio: npt.NDArray[np.float32]) -> Hearing:
+        audio = audio[-MAX_WINDOW_S * WHISPER_RATE :]
+        seconds = window_s(len(audio))
+        padded = np.zeros(seconds * WHISPER_RATE, np.float32)
+        padded[: len(audio)] = audio
+        frames = seconds * WHISPER_RATE // self.features.hop_length
+        mel = np.ascontiguousarray(self.features(padded)[None, :, :frames])
+        result: Any = self.model.generate(
+            self._ct2.StorageView.from_array(mel),
+            [self.prompt],
+            beam_size=1,
+            max_length=MAX_TOKENS,
+            no_repeat_ngram_size=3,
+            return_scores=True,
+            return_no_speech_prob=True,
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < self.tokenizer.eot]
+        text = self.tokenizer.decode(tokens).strip()
+        return hearing_of(text, result.scores[0], result.no_speech_prob)
 
 
 class WhisperSnippets:
     """`SnippetRecognizer` (structurally: models do not import engine)."""
 
-    def __init__(self, recognizer: SpeechRecognizer | None = None) -> None:
-        self._recognizer = recognizer
+    def __init__(self, model: str = "tiny.en", threads: int = 1) -> None:
+        self._model_name = model
+        self._threads = threads
+        self._whisper: _Whisper | None = None
         self._lock = threading.Lock()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snippets")
         self._warned = False
 
-    def _hear(self, pcm: npt.NDArray[np.int16]) -> str:
+    def _hear(self, pcm: npt.NDArray[np.int16]) -> Hearing:
         with self._lock:
-            if self._recognizer is None:
-                self._recognizer = WhisperRecognizer("tiny.en", beam_size=1, threads=1)
-        return self._recognizer.transcribe(pcm, PCM_RATE)
+            if self._whisper is None:
+                self._whisper = _Whisper(self._model_name, self._threads)
+        audio = soxr.resample(pcm.astype(np.float32) / 32768.0, PCM_RATE, WHISPER_RATE)
+        if len(audio) < WHISPER_RATE // 10:
+            return Hearing("")
+        return self._whisper.hear(audio.astype(np.float32))
 
-    async def transcribe(self, pcm: npt.NDArray[np.int16]) -> str | None:
-        """The snippet's words ("" for none); None when it cannot be heard (the
+    async def transcribe(self, pcm: npt.NDArray[np.int16]) -> Hearing | None:
+        """What the snippet says ("" for no words); None when it cannot be heard (the
         session then lets the speech interrupt rather than swallow it)."""
         loop = asyncio.get_running_loop()
         try:

@@ -50,6 +50,15 @@ def spoken(*names: str, gap_ms: int = 900) -> npt.NDArray[np.int16]:
     return np.concatenate(parts).astype(np.int16)
 
 
+async def answer_all(h: Harness, snippets: FakeSnippets, text: str, *, sure: bool = True) -> int:
+    """Answer every hearing the session asks for, as it asks; how many there were."""
+    n = 0
+    while snippets.answer(text, sure=sure):
+        n += 1
+        await handled(h)
+    return n
+
+
 def finish(executor: ScriptedExecutor) -> None:
     assert executor.chunk_gate is not None
     for _ in range(1000):
@@ -63,9 +72,7 @@ async def test_a_backchannel_is_no_turn_and_the_answer_plays_on() -> None:
         await speaking(h)
         await append_chunked(h, spoken("weather"))
         await handled(h)
-        [asked] = snippets.pending()
-        asked.set_result("Mm-hm.")
-        await handled(h)
+        assert await answer_all(h, snippets, "Mm-hm.") >= 2  # as it grew, then whole
         assert h.of("input_audio_buffer.speech_started") == []
         assert h.of("input_audio_buffer.committed") == []
         assert h.responses_done() == []  # still answering
@@ -83,10 +90,10 @@ async def test_a_real_interruption_goes_out_with_its_true_start_and_cancels() ->
         await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
         await handled(h)
         assert h.of("input_audio_buffer.speech_started") == []  # held
-        [asked] = snippets.pending()
+        [_] = snippets.pending()  # one hearing at a time
         heard_pcm = snippets.calls[0][0]
-        assert len(heard_pcm) >= 24_000 // 4  # at least min_speech_ms of the speech
-        asked.set_result("Wait, stop.")
+        assert len(heard_pcm) >= 24_000 // 5  # at least min_speech_ms of the speech
+        snippets.answer("Wait, stop.")
         await handled(h)
         [started] = h.of("input_audio_buffer.speech_started")
         assert 0 <= started["audio_start_ms"] <= 300  # before the speech, not at release
@@ -109,9 +116,7 @@ async def test_speech_that_ends_while_heard_commits_once_it_is_heard_as_words() 
         await append_chunked(h, spoken("weather"))  # the speech and the silence that ends it
         await handled(h)
         assert h.of("input_audio_buffer.speech_stopped") == []  # nothing yet
-        [asked] = snippets.pending()
-        asked.set_result("what is the weather like")
-        await handled(h)
+        await answer_all(h, snippets, "what is the weather like")
         types = [e["type"] for e in h.events]
         order = ["speech_started", "speech_stopped", "committed"]
         at = [types.index(f"input_audio_buffer.{t}") for t in order]
@@ -161,9 +166,7 @@ async def test_two_held_utterances_in_one_append_are_two_turns() -> None:
         first, second = load_wav("weather"), load_wav("lights")
         await h.append(spoken("weather", "lights"))
         await handled(h)
-        for future in snippets.pending():
-            future.set_result("tell me more about it")
-        await handled(h)
+        await answer_all(h, snippets, "tell me more about it")
         finish(executor)
         await h.settle()
         committed = h.of("input_audio_buffer.committed")
@@ -172,3 +175,37 @@ async def test_two_held_utterances_in_one_append_are_two_turns() -> None:
         [turn] = [i for i in last_prompt.items if i.id == committed[1]["item_id"]]
         assert turn.audio is not None
         assert len(second) <= len(turn.audio) < len(first) + len(second)
+
+
+async def test_words_the_recognizer_is_unsure_of_are_heard_again_then_dropped() -> None:
+    """Background talk or noise heard as words: each hearing of the growing speech is
+    unsure, so it never interrupts; once ended it is heard whole, and dropped."""
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update())
+        await speaking(h)
+        audio, step = spoken("weather"), 24_000 * 3 // 10
+        for at in range(0, len(audio), step):  # answered as it comes, 300 ms at a time
+            await append_chunked(h, audio[at : at + step])
+            await handled(h)
+            await answer_all(h, snippets, "Oh, God.", sure=False)
+        lengths = [len(pcm) for pcm, _ in snippets.calls]
+        assert len(lengths) >= 4 and lengths == sorted(lengths)  # heard again as it grew
+        assert h.of("input_audio_buffer.speech_started") == []
+        assert h.of("input_audio_buffer.committed") == [] and h.responses_done() == []
+        finish(executor)
+        await h.settle()
+        assert [r["status"] for r in h.responses_done()] == ["completed"]
+
+
+async def test_a_long_run_of_unsure_words_interrupts() -> None:
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update(max_backchannel_ms=800))
+        await speaking(h)
+        await append_chunked(h, spoken("weather"))  # about 1.5 s of speech
+        await handled(h)
+        await answer_all(h, snippets, "I think that the weather", sure=False)
+        assert len(h.of("input_audio_buffer.speech_started")) == 1
+        assert [r["status"] for r in h.responses_done()] == ["cancelled"]
+        finish(executor)

@@ -57,10 +57,13 @@ def verdict(
     *,
     ended: bool = False,
     heard: Heard | None = None,
-    asked: bool = False,
+    heard_ms: int = 0,
+    pending: bool = False,
     can: bool = True,
 ) -> Verdict:
-    return held_verdict(P, ms, ended=ended, heard=heard, asked=asked, can_classify=can)
+    return held_verdict(
+        P, ms, ended=ended, heard=heard, heard_ms=heard_ms, pending=pending, can_classify=can
+    )
 
 
 def test_short_held_speech_waits_and_is_dropped_if_it_ends() -> None:
@@ -68,26 +71,54 @@ def test_short_held_speech_waits_and_is_dropped_if_it_ends() -> None:
     assert verdict(100, ended=True) is Verdict.DROP  # a knock, a cough, "mm"
 
 
-def test_long_enough_speech_is_classified_then_decided() -> None:
+def test_held_speech_is_heard_as_it_grows_until_sure_words() -> None:
     assert verdict(260) is Verdict.CLASSIFY
-    assert verdict(300, asked=True) is Verdict.WAIT  # the answer is not back yet
-    assert verdict(300, asked=True, heard=Heard.WORDS) is Verdict.INTERRUPT
-    assert verdict(300, asked=True, heard=Heard.BACKCHANNEL) is Verdict.WAIT
-    assert verdict(600, ended=True, asked=True, heard=Heard.BACKCHANNEL) is Verdict.DROP
-    assert verdict(600, ended=True, asked=True, heard=Heard.NOISE) is Verdict.DROP
+    assert verdict(300, pending=True) is Verdict.WAIT  # one hearing at a time
+    assert verdict(300, heard=Heard.NOISE, heard_ms=260) is Verdict.WAIT
+    assert verdict(360, heard=Heard.NOISE, heard_ms=260) is Verdict.CLASSIFY  # 100 ms more
+    assert verdict(400, heard=Heard.BACKCHANNEL, heard_ms=260) is Verdict.CLASSIFY
+    assert verdict(400, heard=Heard.UNSURE, heard_ms=360) is Verdict.WAIT
+    assert verdict(400, heard=Heard.WORDS, heard_ms=360) is Verdict.INTERRUPT
 
 
-def test_speech_too_long_for_a_backchannel_interrupts_whatever_it_was_heard_as() -> None:
-    assert verdict(1000, asked=True, heard=Heard.BACKCHANNEL) is Verdict.INTERRUPT
-    assert verdict(1000, asked=True) is Verdict.INTERRUPT
+def test_ended_held_speech_is_heard_whole_before_it_is_dropped() -> None:
+    assert verdict(400, ended=True, pending=True) is Verdict.WAIT
+    assert verdict(400, ended=True, heard=Heard.UNSURE, heard_ms=300) is Verdict.CLASSIFY
+    assert verdict(400, ended=True, heard=Heard.UNSURE, heard_ms=400) is Verdict.DROP
+    assert verdict(600, ended=True, heard=Heard.BACKCHANNEL, heard_ms=600) is Verdict.DROP
+    assert verdict(600, ended=True, heard=Heard.NOISE, heard_ms=600) is Verdict.DROP
+    assert verdict(400, ended=True, heard=Heard.WORDS, heard_ms=300) is Verdict.INTERRUPT
+
+
+def test_a_long_run_of_unsure_words_interrupts_but_not_backchannels_or_noise() -> None:
+    assert verdict(1000, heard=Heard.UNSURE, heard_ms=950) is Verdict.INTERRUPT
+    assert verdict(999, heard=Heard.UNSURE, heard_ms=950) is Verdict.WAIT
+    assert verdict(1500, heard=Heard.BACKCHANNEL, heard_ms=1450) is Verdict.WAIT
+    assert verdict(1500, heard=Heard.NOISE, heard_ms=1450) is Verdict.WAIT
 
 
 def test_without_a_classifier_duration_alone_decides() -> None:
-    assert verdict(200, can=False) is Verdict.WAIT
+    assert verdict(240, can=False) is Verdict.WAIT
     assert verdict(250, can=False) is Verdict.INTERRUPT
     assert verdict(200, ended=True, can=False) is Verdict.DROP
 
 
-def test_speech_that_ended_while_being_classified_waits_for_the_answer() -> None:
-    assert verdict(400, ended=True, asked=True) is Verdict.WAIT
-    assert verdict(400, ended=True, asked=True, heard=Heard.WORDS) is Verdict.INTERRUPT
+def test_deciding_now_keeps_only_what_was_heard() -> None:
+    """`final` (new speech needs the floor, or the buffer is full): words interrupt,
+    speech never heard interrupts rather than be swallowed, the rest is dropped."""
+    assert verdict(400, ended=True, pending=True, can=False) is Verdict.INTERRUPT
+    assert verdict(400, ended=True, heard=Heard.WORDS, can=False) is Verdict.INTERRUPT
+    assert verdict(400, ended=True, heard=Heard.UNSURE, heard_ms=300, can=False) is Verdict.DROP
+    assert verdict(400, ended=True, heard=Heard.NOISE, heard_ms=400, can=False) is Verdict.DROP
+
+
+@pytest.mark.parametrize(
+    ("text", "sure", "heard"),
+    [
+        ("Wait, stop.", False, Heard.UNSURE),
+        ("Yeah.", False, Heard.BACKCHANNEL),  # a backchannel need not be sure
+        ("", False, Heard.NOISE),
+    ],
+)
+def test_words_the_recognizer_is_not_sure_of(text: str, sure: bool, heard: Heard) -> None:
+    assert heard_of(text, DEFAULT_BACKCHANNELS, sure=sure) is heard

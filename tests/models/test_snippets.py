@@ -1,5 +1,5 @@
 """Held speech heard by Whisper (models/speech/snippets.py), spoken by espeak-ng: what
-the session then makes of it (engine/interruption.py)."""
+the session then makes of it (engine/interruption.py), and the hearing window."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ import pytest
 from bench.speech import silence
 from bench.turns.synth import speak
 from engine.interruption import DEFAULT_BACKCHANNELS, Heard, heard_of
-from models.speech.snippets import WhisperSnippets
+from models.speech.snippets import (
+    MAX_WINDOW_S,
+    MIN_WINDOW_S,
+    Hearing,
+    WhisperSnippets,
+    hearing_of,
+    window_s,
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +38,34 @@ async def test_what_held_speech_is_heard_as(
     snippets: WhisperSnippets, said: str, heard: Heard
 ) -> None:
     pcm = np.concatenate([silence(200), speak(said, "en-us", 160), silence(300)])
-    text = await snippets.transcribe(pcm)
-    assert text is not None
-    assert heard_of(text, DEFAULT_BACKCHANNELS) is heard, text
+    hearing = await snippets.transcribe(pcm)
+    assert hearing is not None
+    assert heard_of(hearing.text, DEFAULT_BACKCHANNELS, sure=hearing.sure) is heard, hearing
 
 
 async def test_silence_is_no_words(snippets: WhisperSnippets) -> None:
-    assert await snippets.transcribe(silence(800)) == ""
+    hearing = await snippets.transcribe(silence(800))
+    assert hearing is not None and hearing.text == ""
+
+
+async def test_speech_over_the_shortest_window_is_heard_in_a_longer_one(
+    snippets: WhisperSnippets,
+) -> None:
+    # Words that start past the shortest window: heard only if the window grows.
+    said = "Sorry, can you say that again?"
+    pcm = np.concatenate([silence(MIN_WINDOW_S * 1000), speak(said, "en-us", 160), silence(300)])
+    hearing = await snippets.transcribe(pcm)
+    assert hearing is not None and "say that again" in hearing.text.lower(), hearing
+
+
+def test_the_window_grows_with_the_snippet_within_whispers() -> None:
+    assert window_s(16_000) == MIN_WINDOW_S
+    assert window_s(16_000 * 6) == 7  # and half a second of silence after it
+    assert window_s(16_000 * 60) == MAX_WINDOW_S
+
+
+def test_what_whisper_is_sure_of() -> None:
+    assert hearing_of("Wait, stop.", -0.5, 0.2) == Hearing("Wait, stop.", sure=True)
+    assert hearing_of("Oh, God.", -2.5, 0.4) == Hearing("Oh, God.", sure=False)
+    assert hearing_of("No.", -1.0, 0.55) == Hearing("No.", sure=False)
+    assert hearing_of("Thank you.", -1.4, 0.9) == Hearing("")  # silent, as faster-whisper

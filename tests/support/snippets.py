@@ -7,25 +7,28 @@ import asyncio
 import numpy as np
 import numpy.typing as npt
 
+from models.speech.snippets import Hearing
+
 
 class FakeSnippets:
-    """Each transcription waits on a future the test resolves."""
+    """Each hearing waits on a future the test resolves."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[npt.NDArray[np.int16], asyncio.Future[str | None]]] = []
+        self.calls: list[tuple[npt.NDArray[np.int16], asyncio.Future[Hearing | None]]] = []
 
-    async def transcribe(self, pcm: npt.NDArray[np.int16]) -> str | None:
-        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    async def transcribe(self, pcm: npt.NDArray[np.int16]) -> Hearing | None:
+        future: asyncio.Future[Hearing | None] = asyncio.get_running_loop().create_future()
         self.calls.append((pcm, future))
         return await future
 
-    def pending(self) -> list[asyncio.Future[str | None]]:
+    def pending(self) -> list[asyncio.Future[Hearing | None]]:
         return [f for _, f in self.calls if not f.done()]
 
-    def answer(self, text: str | None) -> bool:
-        """Answer the oldest pending call; whether there was one."""
+    def answer(self, text: str | None, *, sure: bool = True) -> bool:
+        """Answer the oldest pending hearing (None: it could not hear); whether there
+        was one."""
         pending = self.pending()
         if not pending:
             return False
-        pending[0].set_result(text)
+        pending[0].set_result(None if text is None else Hearing(text, sure))
         return True
