@@ -103,6 +103,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.turn_model
 	$(BIN)/python -m bench.vad_backends
 	$(BIN)/python -m bench.denoise
+	$(BIN)/python -m bench.echo
 	$(BIN)/python -m bench.load
 
 # SESSIONS users of random client behaviour for MINUTES against `parley serve --executor

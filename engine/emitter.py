@@ -28,7 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_args
 
+import numpy as np
+import numpy.typing as npt
 from openai import BaseModel as SdkModel
+
+from models.speech.echo import FarEnd
 
 E = TypeVar("E", bound=SdkModel)
 
@@ -45,6 +49,7 @@ class OutEvent:
     lane: str = "conversation"  # whose epoch `epoch` is (out-of-band responses have their own)
     item_id: str | None = None  # for audio deltas: the item whose audio is counted
     samples: int = 0  # audio samples this event carries
+    pcm: npt.NDArray[np.int16] | None = None  # its 24 kHz audio, for the echo guard's far end
 
 
 class Ids:
@@ -98,6 +103,8 @@ class Outbox:
         self.sent_samples: dict[str, int] = {}
         # Told the id of an item whose first audio is taken for the wire.
         self.on_first_audio: Callable[[str], None] | None = None
+        # The echo guard's record of what the client plays (None: the guard is off).
+        self.far_end: FarEnd | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -169,7 +176,12 @@ class Outbox:
             self.chars -= len(event.text)
             self._after_take()
             if self._is_stale(event):
-                continue
+                continue  # never sent, so never played: not on the far end either
+            if self.far_end is not None:
+                if event.pcm is not None:
+                    self.far_end.sent(event.pcm)
+                elif event.type == "input_audio_buffer.speech_started":
+                    self.far_end.cut()  # the client flushes its playback on it
             if event.item_id is not None:
                 sent = self.sent_samples.get(event.item_id)
                 if sent is None and self.on_first_audio is not None:
@@ -215,9 +227,10 @@ class Emitter:
         lane: str = "conversation",
         counts_for: str | None = None,
         samples: int = 0,
+        pcm: npt.NDArray[np.int16] | None = None,
         **fields: Any,
     ) -> None:
-        """Queue output of `epoch`; `samples` of audio are counted for the item
-        `counts_for` when the writer sends it."""
+        """Queue output of `epoch`; `samples` of audio (`pcm`, at 24 kHz) are counted
+        for the item `counts_for` when the writer sends it."""
         _, text = self._event(cls, fields)
-        await self.outbox.put(OutEvent(text, _TYPES[cls], epoch, lane, counts_for, samples))
+        await self.outbox.put(OutEvent(text, _TYPES[cls], epoch, lane, counts_for, samples, pcm))

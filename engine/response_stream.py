@@ -111,6 +111,7 @@ class ResponseStream:
         self.audio: list[np.ndarray] = []
         self.samples = 0
         self.unsent_samples = 0  # generated but held back by the encoder
+        self.unsent_pcm: list[np.ndarray] = []  # those samples (the echo guard's far end)
         self.transcript = ""
         self.marks: list[TranscriptMark] = []
         self.calls: list[Item] = []
@@ -263,6 +264,7 @@ class ResponseStream:
         self.samples += len(pcm)
         self.marks.append(TranscriptMark(self.samples, len(self.transcript)))
         self.unsent_samples += len(pcm)
+        self.unsent_pcm.append(pcm)
         await self._emit_audio(self.encoder.encode(pcm), index)
 
     async def _emit_audio(self, data: bytes, index: int) -> None:
@@ -271,12 +273,14 @@ class ResponseStream:
         if not data:
             return
         samples, self.unsent_samples = self.unsent_samples, 0
+        pcm, self.unsent_pcm = self.unsent_pcm, []
         await self._emit.output(
             ResponseAudioDeltaEvent,
             self.epoch,
             lane=self.lane,
             counts_for=self.item_id,
             samples=samples,
+            pcm=np.concatenate(pcm) if len(pcm) > 1 else (pcm[0] if pcm else None),
             response_id=self.response_id,
             item_id=self.item_id,
             output_index=index,

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,7 +91,14 @@ from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
 from models.errors import ModelMissing
 from models.speech.denoise import Denoiser
+from models.speech.echo import MAX_LAG_S, RATE, EchoCanceller, FarEnd, own_voice_score
 from models.speech.snippets import Hearing
+
+# The own-voice score (models/speech/echo.py) above which held speech is the
+# assistant's echo: the echo alone scores ~1.0 (a linear echo path), the user talking
+# over a -10 dB echo at most ~0.4 (bench/echo.py).
+OWN_VOICE = 0.6
+OWN_VOICE_WINDOW = RATE * 3 // 2  # at most the first 1.5 s of held speech is scored
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +136,7 @@ class HeldSpeech:
     heard_ms: int = 0  # of this much of its speech
     stop: SpeechStopped | None = None  # it ended; the verdict is still to come
     frame_received: float | None = None
+    own_voice: bool = False  # the echo guard heard the assistant's own voice in it
 
 
 @dataclass(frozen=True)
@@ -193,8 +203,12 @@ class Session:
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
         snippets: SnippetRecognizer | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limits = limits or EngineLimits()
+        # The echo guard's wall clock (when audio was sent, when input arrived);
+        # injectable so tests are deterministic.
+        self.clock = clock
         # semantic_vad's end-of-turn model (shared by all sessions); None: semantic_vad
         # ends turns after a fixed silence.
         self.end_of_turn = end_of_turn
@@ -232,6 +246,10 @@ class Session:
         self.buffer = InputBuffer(PCM_RATE)
         self.decoder = InputDecoder(self.config.input_format)
         self.denoiser: Denoiser | None = None  # audio.input.noise_reduction
+        # audio.input.echo_cancellation (an ephemeral key's preset may ask for it)
+        self.echo = EchoCanceller(FarEnd(clock)) if self.config.echo_cancellation else None
+        self._echo_base = 0  # the buffer position of the canceller's first input sample
+        self.outbox.far_end = None if self.echo is None else self.echo.far
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
         self.detector: TurnDetector | None = self._new_detector(self.config.turn_detection)
         self.prepares = PrepareChain(
@@ -454,6 +472,8 @@ class Session:
             raise protocol.ProtocolError(
                 "invalid_value", f"Invalid value for 'audio': {exc}", "audio", event.event_id
             ) from None
+        if self.echo is not None:  # before the suppressor: it needs the echo linear
+            pcm = self.echo.process(pcm, event.received_at)
         if self.denoiser is not None:
             pcm = self.denoiser.process(pcm)
         self.buffer.append(pcm)
@@ -570,6 +590,11 @@ class Session:
             pending=held.request != 0,
             can_classify=self.snippets is not None and not final,
         )
+        # The echo guard's check, in one place (to merge with the held-speech
+        # classifier): speech about to interrupt that is the assistant's own voice is
+        # dropped like noise, and stays held until it ends.
+        if verdict is Verdict.INTERRUPT and self._held_own_voice(held):
+            verdict = Verdict.DROP if held.stop is not None else Verdict.WAIT
         if verdict is Verdict.CLASSIFY:
             self._ask_snippet(held, speech_ms)
         elif verdict is Verdict.INTERRUPT:
@@ -586,6 +611,33 @@ class Session:
                 # No turn: its audio goes, the answer plays on.
                 self._speech = None
                 self.buffer.discard_before(self.buffer.ms_to_pos(held.stop.audio_end_ms))
+
+    def _held_own_voice(self, held: HeldSpeech) -> bool:
+        if self.echo is None:
+            return False
+        if not held.own_voice:
+            end = (
+                self.buffer.end
+                if held.stop is None
+                else self.buffer.ms_to_pos(held.stop.audio_end_ms)
+            )
+            held.own_voice = self.heard_own_voice(held.start, end)
+        return held.own_voice
+
+    def heard_own_voice(self, start_sample: int, end_sample: int) -> bool:
+        """Whether input buffer positions [start_sample, end_sample) are the assistant's
+        own voice: the raw microphone correlates with what was playing then, 0-500 ms
+        earlier (models/speech/echo.py). False without the echo guard."""
+        if self.echo is None or end_sample <= start_sample:
+            return False
+        start = start_sample - self._echo_base
+        end = min(end_sample - self._echo_base, start + OWN_VOICE_WINDOW * PCM_RATE // RATE)
+        near, wall = self.echo.raw_near(max(start, 0), max(end, 0))
+        if not len(near) or not np.any(near):
+            return False
+        lag = round(MAX_LAG_S * RATE)
+        far = self.echo.far.read(wall - lag, len(near) + lag)
+        return own_voice_score(near, far, lag) >= OWN_VOICE
 
     def _ask_snippet(self, held: HeldSpeech, speech_ms: int) -> None:
         """Hear the held speech so far (`speech_ms` of it)."""
@@ -800,12 +852,16 @@ class Session:
 
     def _flush_input(self) -> npt.NDArray[np.int16]:
         tail = self.decoder.flush()
+        if self.echo is not None:
+            tail = np.concatenate([self.echo.process(tail), self.echo.flush()])
         if self.denoiser is None:
             return tail
         return np.concatenate([self.denoiser.process(tail), self.denoiser.flush()])
 
     def _on_clear(self) -> None:
         self.decoder.reset()
+        if self.echo is not None:
+            self.echo.reset()
         if self.denoiser is not None:
             self.denoiser.reset()
         self.buffer.clear()
@@ -850,6 +906,8 @@ class Session:
         denoiser = (
             self._new_denoiser(new.noise_reduction, event.event_id) if denoiser_changed else None
         )
+        echo_changed = new.echo_cancellation != old.echo_cancellation
+        echo = self._new_echo(event.event_id) if echo_changed and new.echo_cancellation else None
         vad_changed = new.turn_detection != old.turn_detection
         detector = self._new_detector(new.turn_detection) if vad_changed else None
         try:
@@ -869,6 +927,9 @@ class Session:
             self.decoder = decoder
         if denoiser_changed:
             self.denoiser = denoiser
+        if echo_changed:
+            self.echo, self._echo_base = echo, self.buffer.end
+            self.outbox.far_end = None if echo is None else echo.far
         if vad_changed:
             self._cancel_score()
             self.speculation.discard()
@@ -892,6 +953,17 @@ class Session:
                 "unsupported_value",
                 f"Noise reduction is not available here: {exc.problem}",
                 "session.audio.input.noise_reduction",
+                event_id,
+            ) from None
+
+    def _new_echo(self, event_id: str | None) -> EchoCanceller:
+        try:
+            return EchoCanceller(FarEnd(self.clock))
+        except ModelMissing as exc:
+            raise protocol.ProtocolError(
+                "unsupported_value",
+                f"Echo cancellation is not available here: {exc.problem}",
+                "session.audio.input.echo_cancellation",
                 event_id,
             ) from None
 

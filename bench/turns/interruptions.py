@@ -43,6 +43,8 @@ DEFAULT_MODES = [
     "server_vad/webrtc",
     "semantic_vad/auto",
     "server_vad/silero+qualified",
+    "server_vad/silero+aec",
+    "server_vad/silero+qualified+aec",
 ]
 
 
@@ -101,12 +103,16 @@ class ItemRun:
 
 
 async def stream_scenario(
-    url: str, turn_detection: dict[str, Any], item: Scenario, trail_ms: int
+    url: str,
+    turn_detection: dict[str, Any],
+    item: Scenario,
+    trail_ms: int,
+    audio_input: dict[str, Any] | None = None,
 ) -> ItemRun:
     conn = await InterruptConn.open(url, Tally(), None)
     out = ItemRun(item)
     try:
-        out.refused = await configure(conn, turn_detection)
+        out.refused = await configure(conn, turn_detection, audio_input)
         if out.refused is not None:
             return out
         conn.t0 = t0 = time.monotonic()
@@ -155,7 +161,7 @@ class ModeRun:
 async def run_mode(url: str, mode: Mode, items: list[Scenario], concurrency: int) -> ModeRun:
     result = ModeRun(mode)
     detection = interrupting(mode)
-    first = await stream_scenario(url, detection, items[0], mode.trail_ms)
+    first = await stream_scenario(url, detection, items[0], mode.trail_ms, mode.audio_input)
     if first.refused is not None:
         result.refused = first.refused
         return result
@@ -163,7 +169,7 @@ async def run_mode(url: str, mode: Mode, items: list[Scenario], concurrency: int
 
     async def one(item: Scenario) -> ItemRun:
         async with gate:
-            return await stream_scenario(url, detection, item, mode.trail_ms)
+            return await stream_scenario(url, detection, item, mode.trail_ms, mode.audio_input)
 
     result.items = [first, *await asyncio.gather(*(one(it) for it in items[1:]))]
     return result

@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.load.servers import Server, Target
@@ -30,6 +30,8 @@ class Mode:
     backend: str  # the server's --vad-backend
     turn_detection: dict[str, Any]
     trail_ms: int
+    # More of audio.input for the session.update ("+aec": Parley's echo_cancellation).
+    audio_input: dict[str, Any] = field(default_factory=dict)
 
 
 def all_modes() -> list[Mode]:
@@ -49,6 +51,10 @@ def all_modes() -> list[Mode]:
         mode = next(m for m in modes if m.name == base)
         detection = {**mode.turn_detection, "interruption": QUALIFIED}
         modes.append(Mode(f"{base}+qualified", mode.backend, detection, mode.trail_ms))
+    # The echo guard (models/speech/echo.py): also only for the interruption scenarios.
+    for base in ("server_vad/silero", "server_vad/silero+qualified"):
+        mode = next(m for m in modes if m.name == base)
+        modes.append(replace(mode, name=f"{base}+aec", audio_input=AEC))
     return modes
 
 
@@ -57,9 +63,11 @@ def all_modes() -> list[Mode]:
 QUALIFIED: dict[str, object] = json.loads(os.environ.get("PARLEY_EVAL_INTERRUPTION", "{}")) or {
     "enabled": True
 }
+# What the "+aec" modes add to audio.input.
+AEC = {"echo_cancellation": {"type": "server"}}
 MODES = {m.name: m for m in all_modes()}
 # What `python -m bench.turns` measures turn ends with by default.
-TURN_MODES = [name for name in MODES if not name.endswith("+qualified")]
+TURN_MODES = [name for name in MODES if not name.endswith(("+qualified", "+aec"))]
 
 
 @dataclass

@@ -64,9 +64,14 @@ def applied_type(session: dict[str, Any] | None) -> str | None:
     return str(kind) if kind is not None else None
 
 
-async def configure(conn: TurnConn, turn_detection: dict[str, Any]) -> str | None:
-    """Send the mode; None when the server applied it, else why not."""
-    await conn.send(session_update(turn_detection))
+async def configure(
+    conn: TurnConn, turn_detection: dict[str, Any], audio_input: dict[str, Any] | None = None
+) -> str | None:
+    """Send the mode (`audio_input`: more of audio.input); None when the server applied
+    it, else why not."""
+    update = session_update(turn_detection)
+    update["session"]["audio"]["input"].update(audio_input or {})
+    await conn.send(update)
     answered = await conn.until(
         lambda: conn.count("session.updated") > 0 or conn.count("error") > 0, ACK_TIMEOUT_S
     )

@@ -97,11 +97,19 @@ class NoiseReductionIn(_Loose):
     type: Literal["near_field", "far_field"]
 
 
+class EchoCancellationIn(_Loose):
+    """Parley's extension of audio.input (models/speech/echo.py): cancel the
+    assistant's own voice in the microphone, using what was sent as the far end."""
+
+    type: Literal["server"]
+
+
 class AudioInputIn(_Loose):
     format: AudioFormatIn | None = None
     turn_detection: TurnDetectionIn | None = None
     transcription: TranscriptionIn | None = None
     noise_reduction: NoiseReductionIn | None = None
+    echo_cancellation: EchoCancellationIn | None = None
 
 
 class AudioOutputIn(_Loose):

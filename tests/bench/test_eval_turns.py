@@ -15,7 +15,7 @@ import pytest
 from bench.turns.__main__ import main
 from bench.turns.corpus import SETS, make_corpus
 from bench.turns.noise import mix, noise_bed, pink, speech_rms
-from bench.turns.run import MODES, truth_of
+from bench.turns.run import MODES, TURN_MODES, truth_of
 from bench.turns.score import Truth, Turn, classify, p50_p90, summarize
 from bench.turns.stream import CHUNK_MS, applied_type
 from bench.turns.synth import INSTALL_HINT
@@ -119,13 +119,20 @@ def test_the_mode_applied_is_read_from_session_updated() -> None:
 
 
 def test_every_mode_the_issue_names_is_measured() -> None:
-    assert list(MODES) == [
+    assert TURN_MODES == [
         "server_vad/silero",
         "server_vad/webrtc",
         "semantic_vad/low",
         "semantic_vad/medium",
         "semantic_vad/high",
         "semantic_vad/auto",
+    ]
+    # What only the interruption scenarios measure: qualified interruption, the echo guard.
+    assert [m for m in MODES if m not in TURN_MODES] == [
+        "server_vad/silero+qualified",
+        "semantic_vad/auto+qualified",
+        "server_vad/silero+aec",
+        "server_vad/silero+qualified+aec",
     ]
     # A semantic mode streams past its longest wait, so a slow commit is seen.
     assert MODES["semantic_vad/low"].trail_ms > 8000

@@ -37,6 +37,7 @@ class Harness:
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
         snippets: SnippetRecognizer | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.executor = executor if executor is not None else ScriptedExecutor()
         self.session = Session(
@@ -47,6 +48,7 @@ class Harness:
             observer=observer,
             end_of_turn=end_of_turn,
             snippets=snippets,
+            **({} if clock is None else {"clock": clock}),
         )
         self.events: list[dict[str, Any]] = []
         self.max_bytes = MAX_BYTES
