@@ -319,6 +319,10 @@ class RealtimeEndpoint:
                         await ws.send_text(text)
                 except TimeoutError:
                     raise WriteTimeout(f"no send completed in {deadline} s") from None
+                except WebSocketDisconnect:
+                    # The client left while we sent (its reader may not know yet): the
+                    # connection is over, which is no failure of ours.
+                    return
 
 
 async def _wait_for(

@@ -11,6 +11,7 @@ import re
 import sys
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,14 +117,23 @@ async def sample(served_: Served, t0: float) -> RssSample:
     return RssSample(round(time.monotonic() - t0, 1), round(rss, 1), sessions)
 
 
+TRACEBACK = "Traceback (most recent call last):"
+
+
 def log_findings(text: str) -> dict[str, Any]:
-    """What the server's own log says went wrong."""
+    """What the server's own log says went wrong: error lines, and each traceback's
+    exception (its first unindented line) with how often it came."""
     lines = text.splitlines()
     bad = [line for line in lines if re.match(r"(ERROR|CRITICAL)\b", line)]
+    raised: Counter[str] = Counter()
+    for chunk in text.split(TRACEBACK)[1:]:
+        tail = [line for line in chunk.splitlines()[1:] if line and not line[0].isspace()]
+        raised[tail[0] if tail else "?"] += 1
     return {
-        "tracebacks": text.count("Traceback (most recent call last)"),
+        "tracebacks": text.count(TRACEBACK),
         "error_lines": len(bad),
         "first_errors": bad[:5],
+        "exceptions": dict(raised.most_common(5)),
     }
 
 

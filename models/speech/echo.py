@@ -38,7 +38,7 @@ FRAME = RATE // 100  # AEC3's 10 ms
 # AEC3's own delay at 16 kHz (measured: its output is its input 128 samples late).
 DELAY = 128
 KEEP_S = 4.0  # far end and raw near end kept this long after they played
-MAX_AHEAD_S = 600.0  # far end scheduled further ahead than this is not kept
+MAX_AHEAD_S = 120.0  # far end scheduled further ahead is not kept (bounds it: ~7.7 MB)
 MAX_LAG_S = 0.5  # the own-voice check looks this far back for the echo
 FIX = "pip install pywebrtc-audio==0.2.0"
 

@@ -90,11 +90,15 @@ def test_problems_are_growth_internal_errors_crashes_and_tracebacks() -> None:
 
 
 def test_server_log_findings() -> None:
-    log = "INFO x: fine\nERROR uvicorn: boom\nTraceback (most recent call last):\n  ...\n"
+    log = (
+        "INFO x: fine\nERROR uvicorn: boom\nTraceback (most recent call last):\n"
+        '  File "a.py", line 1, in f\n    g()\nKeyError: 7\nINFO after\n'
+    )
     assert log_findings(log) == {
         "tracebacks": 1,
         "error_lines": 1,
         "first_errors": ["ERROR uvicorn: boom"],
+        "exceptions": {"KeyError: 7": 1},
     }
 
 
