@@ -51,6 +51,7 @@ def test_make_bench_runs_the_benchmarks_in_order() -> None:
         "bench.turn_model",
         "bench.vad_backends",
         "bench.denoise",
+        "bench.echo",
         "bench.load",
     ]
 
