@@ -5,7 +5,9 @@ For a backchannel, a burst or echo any cancel of the assistant's response is a f
 interruption, and any `input_audio_buffer.speech_started` a false start (counted
 apart: a server that holds speech_started back until speech qualifies changes the
 second, one that only defers the cancel changes the first). For an interrupting
-sentence a response not cancelled is a missed interruption. Reaction time runs from
+sentence a response not cancelled is a missed interruption; for one said over the
+assistant's echo ("talkover"), a cancel before the sentence began is the echo's, a
+false one, counted apart. Reaction time runs from
 the send of the chunk holding the injected sound's first sample to the arrival of
 `response.done` with status cancelled.
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from bench.turns.score import p50_p90
 
 FALSE_KINDS = ("backchannel", "burst", "echo")  # nothing there should interrupt
-TRUE_KINDS = ("sentence",)
+TRUE_KINDS = ("sentence", "talkover")
 
 
 @dataclass(frozen=True)
@@ -40,14 +42,18 @@ class Reaction:
     committed: int
     reaction_ms: float | None  # onset sent -> response.done cancelled, when after it
     talked_ms: float | None = None  # first audio delta -> response.done cancelled
+    early: bool = False  # cancelled before the injected sound began
 
 
 def react(heard: Heard) -> Reaction:
     cancelled = heard.status == "cancelled"
     reaction = None
+    early = False
     if cancelled and heard.onset_sent_t is not None and heard.done_t is not None:
         if heard.done_t >= heard.onset_sent_t:
             reaction = (heard.done_t - heard.onset_sent_t) * 1000
+        else:
+            early = True
     return Reaction(
         spoke=heard.first_delta_t is not None,
         cancelled=cancelled,
@@ -59,6 +65,7 @@ def react(heard: Heard) -> Reaction:
             if cancelled and heard.done_t is not None and heard.first_delta_t is not None
             else None
         ),
+        early=early,
     )
 
 
@@ -80,7 +87,9 @@ def summarize_kind(kind: str, reactions: list[Reaction]) -> dict[str, object]:
         ),
     }
     if kind in TRUE_KINDS:
+        early = sum(r.early for r in spoke)
         out["missed"] = len(spoke) - cancelled
+        out["cancelled_before_onset"] = early
     else:
         out["false_cancels"], out["false_speech_started"] = cancelled, out["speech_started_items"]
     return out
@@ -108,6 +117,8 @@ def table(report: dict[str, object]) -> str:
         for kind, s in mode["kinds"].items():
             spoke = s["items"] - s["no_assistant_audio"]
             missed = f"{s['missed']}/{spoke}" if "missed" in s else "-"
+            if s.get("cancelled_before_onset"):
+                missed += f" ({s['cancelled_before_onset']} cancelled before it began)"
             silent = f" ({s['no_assistant_audio']} without assistant audio)" * bool(
                 s["no_assistant_audio"]
             )

@@ -200,7 +200,7 @@ async def run(modes: list[Mode], items: list[Scenario], concurrency: int) -> lis
 
 def group_of(item: Scenario) -> str:
     """The report's row: the kind, echo by its level."""
-    return item.kind if item.echo_db is None else f"echo {item.echo_db:.0f} dB"
+    return f"echo {item.echo_db:.0f} dB" if item.kind == "echo" else item.kind
 
 
 def mode_report(result: ModeRun) -> dict[str, Any]:

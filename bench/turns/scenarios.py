@@ -25,7 +25,7 @@ from bench.turns.synth import speak
 from bench.vad_backends import speech_extent_ms
 from models.base import PCM_RATE
 
-KINDS = ["backchannel", "burst", "sentence", "echo"]
+KINDS = ["backchannel", "burst", "sentence", "echo", "talkover"]
 # (what is said, what espeak-ng is given: "mm-hm" as written it spells out the letters)
 BACKCHANNELS = [
     ("mm-hm", "[[,m-'hm-]]"),
@@ -49,6 +49,10 @@ SENTENCES = [
 ECHO_DB = [-10.0, -20.0]  # echo level against what the assistant sent
 ECHO_DELAY_MS = (50, 200)
 ECHO_WINDOW_MS = 3000  # an echo item is watched this long past its offset (no user sound)
+# Interrupting sentences said over the assistant's echo (a client without echo
+# cancellation, which is what the echo guard is for): this many, at this level.
+TALKOVER = 5
+TALKOVER_DB = -10.0
 OFFSET_MS = (500, 1500)  # after the first audio delta, before the scenario's audio
 ASSISTANT_GAP_MS = 300
 
@@ -106,7 +110,7 @@ def trimmed(pcm: Pcm16) -> Pcm16:
 
 def _spec_key(seed: int) -> str:
     spec = [seed, BACKCHANNELS, SENTENCES, BURSTS, ECHO_DB, ECHO_DELAY_MS, OFFSET_MS]
-    spec += [ECHO_WINDOW_MS, BABBLE, VOICES, RATES_WPM]
+    spec += [ECHO_WINDOW_MS, BABBLE, VOICES, RATES_WPM, KINDS, TALKOVER, TALKOVER_DB]
     return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
 
@@ -150,6 +154,20 @@ def _synthesize(seed: int) -> ScenarioSet:
         db, delay = ECHO_DB[i // 5], rng.randint(*ECHO_DELAY_MS)
         text = f"echo {db:.0f} dB, {delay} ms"
         items.append(Scenario(f"echo-{i:02d}", "echo", text, "", window, _offset(rng), db, delay))
+    for i, spoken in enumerate(sentences[:TALKOVER]):
+        delay = rng.randint(*ECHO_DELAY_MS)
+        items.append(
+            Scenario(
+                f"talkover-{i:02d}",
+                "talkover",
+                spoken.text,
+                spoken.voice,
+                spoken.audio,
+                _offset(rng),
+                TALKOVER_DB,
+                delay,
+            )
+        )
     return ScenarioSet(seed, items)
 
 

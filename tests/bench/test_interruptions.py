@@ -16,7 +16,7 @@ from bench.turns.__main__ import main
 from bench.turns.bursts import BURSTS, make_burst
 from bench.turns.interrupt_score import Heard, react, summarize_kind, table
 from bench.turns.interruptions import CHUNK, mic_chunk
-from bench.turns.scenarios import KINDS, Scenario, make_scenarios
+from bench.turns.scenarios import KINDS, TALKOVER, TALKOVER_DB, Scenario, make_scenarios
 from bench.turns.speaker import Speaker
 from bench.turns.synth import INSTALL_HINT
 
@@ -43,6 +43,7 @@ def test_no_reaction_without_a_cancel_or_before_the_onset_or_for_echo() -> None:
     assert not talking.cancelled and talking.reaction_ms is None and talking.talked_ms is None
     early = react(Heard(1.0, 2.0, [1.5], status="cancelled", done_t=1.6))
     assert early.cancelled and early.reaction_ms is None  # something else cut it first
+    assert early.early and not talking.early
     echo = react(Heard(1.0, None, [1.3], committed=2, status="cancelled", done_t=1.4))
     assert echo.cancelled and echo.reaction_ms is None
     assert echo.talked_ms == pytest.approx(400)
@@ -76,6 +77,12 @@ def test_false_and_missed_interruptions_are_counted_per_kind() -> None:
     }
     rows = table(report).splitlines()
     assert rows[2] == "m | sentence | 3 (1 without assistant audio) | 1/2 | 1/2 | 1/2 | 200/200 | 1"
+    # Said over the echo: a cancel before the sentence began is the echo's, not a catch.
+    early = react(Heard(1.0, 2.0, [1.5], 1, "cancelled", 1.6))
+    over = summarize_kind("talkover", [early, cancelled])
+    assert over["missed"] == 0 and over["cancelled_before_onset"] == 1
+    row = table({"modes": [{"mode": "m", "supported": True, "kinds": {"talkover": over}}]})
+    assert "0/2 (1 cancelled before it began)" in row
     assert rows[3] == "x | not supported by this server"
 
 
@@ -142,13 +149,21 @@ def test_the_set_is_seeded_cached_and_ten_of_each_kind(tmp_path: Path) -> None:
     assert all(
         np.array_equal(a.audio, b.audio) for a, b in zip(made.items, again.items, strict=True)
     )
-    assert [i.kind for i in made.items] == [k for k in KINDS for _ in range(10)]
+    counts = {k: 10 for k in KINDS} | {"talkover": TALKOVER}
+    assert [i.kind for i in made.items] == [k for k in KINDS for _ in range(counts[k])]
     assert all(500 <= i.offset_ms <= 1500 for i in made.items)
     echo = [i for i in made.items if i.kind == "echo"]
     assert sorted({i.echo_db for i in echo}) == [-20.0, -10.0]
     assert all(50 <= i.echo_delay_ms <= 200 and not i.audio.any() for i in echo)
-    sounds = [i for i in made.items if i.kind != "echo"]
+    sounds = [i for i in made.items if i.kind not in ("echo", "talkover")]
     assert all(i.audio.any() and i.echo_db is None for i in sounds)
+    # The first sentences again, said over the assistant's echo.
+    over = [i for i in made.items if i.kind == "talkover"]
+    said = [i for i in made.items if i.kind == "sentence"][:TALKOVER]
+    assert [(i.text, i.audio.tobytes()) for i in over] == [
+        (i.text, i.audio.tobytes()) for i in said
+    ]
+    assert all(i.echo_db == TALKOVER_DB and 50 <= i.echo_delay_ms <= 200 for i in over)
     assert len({i.voice for i in made.items if i.kind == "backchannel"}) >= 3
 
 
@@ -162,7 +177,7 @@ def test_a_backchannel_and_a_sentence_through_a_real_server(tmp_path: Path) -> N
     report = json.loads(out.read_text())
     (mode,) = report["modes"]
     assert mode["supported"] and mode["errors"] == []
-    assert list(mode["kinds"]) == ["backchannel", "burst", "sentence", "echo -10 dB"]
+    assert list(mode["kinds"]) == ["backchannel", "burst", "sentence", "echo -10 dB", "talkover"]
     assert len(mode["items"]) == len(KINDS)
     for kind, s in mode["kinds"].items():
         assert s["items"] == 1 and s["no_assistant_audio"] == 0, kind
