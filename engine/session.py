@@ -590,9 +590,8 @@ class Session:
             pending=held.request != 0,
             can_classify=self.snippets is not None and not final,
         )
-        # The echo guard's check, in one place (to merge with the held-speech
-        # classifier): speech about to interrupt that is the assistant's own voice is
-        # dropped like noise, and stays held until it ends.
+        # The echo guard: speech about to interrupt that is the assistant's own voice
+        # is dropped like noise, and stays held until it ends.
         if verdict is Verdict.INTERRUPT and self._held_own_voice(held):
             verdict = Verdict.DROP if held.stop is not None else Verdict.WAIT
         if verdict is Verdict.CLASSIFY:
