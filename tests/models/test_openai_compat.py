@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import itertools
 import wave
 from collections.abc import AsyncIterator
 from typing import Any
@@ -190,7 +191,12 @@ async def test_all_backends_down_is_a_clear_error(fake: FakeOpenAI) -> None:
 
 async def test_sessions_stick_to_one_backend_and_spread_over_all(fake: FakeOpenAI) -> None:
     urls = tuple(fake.url(n) for n in ("r1", "r2", "r3"))
-    ex = executor(*urls)
+    # A clock that moves 100 s a reading: a backend passed over after a slow try (a
+    # loaded machine) is back for the next session, so which backend each session's
+    # first try picks depends on the session alone.
+    ex = OpenAICompatExecutor(
+        BackendOptions(urls=urls), speaker(), clock=itertools.count(0.0, 100.0).__next__
+    )
     sessions = [f"resp_{n:012x}" for n in range(12)]
     try:
         for session in sessions:
