@@ -245,7 +245,10 @@ class Session:
         self.conversation = Conversation(self.ids.new("conv"))
         self.buffer = InputBuffer(PCM_RATE)
         self.decoder = InputDecoder(self.config.input_format)
-        self.denoiser: Denoiser | None = None  # audio.input.noise_reduction
+        # audio.input.noise_reduction (an ephemeral key's preset may ask for it too)
+        self.denoiser: Denoiser | None = (
+            Denoiser(self.config.noise_reduction) if self.config.noise_reduction else None
+        )
         # audio.input.echo_cancellation (an ephemeral key's preset may ask for it)
         self.echo = EchoCanceller(FarEnd(clock)) if self.config.echo_cancellation else None
         self._echo_base = 0  # the buffer position of the canceller's first input sample

@@ -7,7 +7,10 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.speech import load_wav, silence
-from engine.vad import SileroOnnxBackend
+from engine.protocol import SessionIn, normalize_session
+from engine.session import Session
+from engine.vad import SileroOnnxBackend, WebRtcVadBackend
+from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
 from tests.support.harness import Harness
 
@@ -41,3 +44,18 @@ async def test_the_model_hears_the_suppressed_turn() -> None:
     # their first 100 ms are noise alone: quieter by the suppressor's ~10 dB.
     assert abs(len(plain) - len(suppressed)) <= 24_000 // 10
     assert db(plain[:2400]) - db(suppressed[:2400]) >= 6
+
+
+def test_an_ephemeral_keys_preset_applies_noise_reduction_too() -> None:
+    """A preset (fixed before the client connected) asks for it: the session starts
+    with the suppressor, not only with the setting."""
+    preset = normalize_session(
+        SessionIn.model_validate(
+            {"type": "realtime", "audio": {"input": {"noise_reduction": {"type": "far_field"}}}}
+        )
+    )
+    session = Session(ScriptedExecutor(), WebRtcVadBackend(), model="test", preset=preset)
+    assert session.config.noise_reduction == "far_field"
+    assert session.denoiser is not None
+    plain = Session(ScriptedExecutor(), WebRtcVadBackend(), model="test")
+    assert plain.denoiser is None
