@@ -91,7 +91,8 @@ from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
 from models.errors import ModelMissing
 from models.speech.denoise import Denoiser
-from models.speech.echo import MAX_LAG_S, RATE, EchoCanceller, FarEnd, own_voice_score
+from models.speech.echo import MAX_LAG_S, EchoCanceller, FarEnd, own_voice_score
+from models.speech.frame_stage import RATE
 from models.speech.snippets import Hearing
 
 # The own-voice score (models/speech/echo.py) above which held speech is the

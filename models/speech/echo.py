@@ -9,8 +9,9 @@ Parley's `audio.input.echo_cancellation` extension.
   flushes its playback on `speech_started`) cuts what was still to play.
 - `EchoCanceller`: WebRTC's AEC3 (`pywebrtc-audio`) on the microphone, each 10 ms
   frame paired with the far end playing when it was heard (an append covers the wall
-  interval that ends at its arrival). Like models/speech/denoise.py it runs at 16 kHz,
-  resamples as streams and cuts AEC3's own 8 ms delay: sample k out is sample k in.
+  interval that ends at its arrival). Like models/speech/denoise.py it runs at 16 kHz
+  (models/speech/frame_stage.py): resampled as streams, AEC3's own 8 ms delay cut,
+  sample k out is sample k in.
 - `own_voice_score`: how much a snippet of the microphone is the recently played far
   end (normalized cross-correlation over lags 0-500 ms), for the held-speech check.
 
@@ -27,14 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 import soxr
 
 from models.base import PCM_RATE
 from models.errors import ModelMissing
+from models.speech.frame_stage import RATE, Floats, FrameStage, Pcm16, pcm16
 
-RATE = 16_000  # AEC3's band here, as the noise suppressor's
-FRAME = RATE // 100  # AEC3's 10 ms
 # AEC3's own delay at 16 kHz (measured: its output is its input 128 samples late).
 DELAY = 128
 KEEP_S = 4.0  # far end and raw near end kept this long after they played
@@ -42,8 +41,6 @@ MAX_AHEAD_S = 120.0  # far end scheduled further ahead is not kept (bounds it: ~
 MAX_LAG_S = 0.5  # the own-voice check looks this far back for the echo
 FIX = "pip install pywebrtc-audio==0.2.0"
 
-Pcm16 = npt.NDArray[np.int16]
-Floats = npt.NDArray[np.float32]
 Clock = Callable[[], float]
 
 
@@ -136,6 +133,7 @@ class EchoCanceller:
         # (24 kHz input count, wall index of the 16 kHz sample it ends at) per append
         self._anchors: deque[tuple[int, int]] = deque(maxlen=round(KEEP_S * 100))
         self._raw = _NearRing(round(KEEP_S * RATE))
+        self._stage = FrameStage(self._cancel, DELAY, heard=self._raw.append)
         self.reset()
 
     def process(self, pcm: Pcm16, arrived: float | None = None) -> Pcm16:
@@ -144,36 +142,26 @@ class EchoCanceller:
         self._fed24 += len(pcm)
         end_wall = wall_index(self.far.clock() if arrived is None else arrived)
         self._anchors.append((self._fed24, end_wall))
-        # Where the 16 kHz stream's next sample sits in wall time: the chunk's end,
-        # less the 16 kHz samples of input after it.
-        self._wall_of_next = end_wall - (self._fed24 * RATE // PCM_RATE - self._fed16)
-        down = self._down.resample_chunk(pcm.astype(np.float32))
-        return _pcm16(self._up.resample_chunk(self._cancel(down)))
+        # Where the next 16 kHz sample handed to AEC3 sits in wall time: the chunk's
+        # end, less the 16 kHz samples of input after it.
+        framed = self._framed_base + self._stage.framed
+        self._wall_of_next = end_wall - (self._fed24 * RATE // PCM_RATE - framed)
+        return self._stage.process(pcm)
 
     def flush(self) -> Pcm16:
         """The rest of the input (a commit ends it for now): the partial frame and
         AEC3's delay are pushed out with silence, which is then cut away. The
         adaptive filter is kept: the room has not changed."""
-        pieces = [self._cancel(self._down.resample_chunk(np.zeros(0, np.float32), last=True))]
-        while self._emitted < self._fed:
-            pieces.append(self._cancel(np.zeros(FRAME - len(self._carry), np.float32), real=False))
-        clean = np.concatenate(pieces)
-        clean = clean[: len(clean) - (self._emitted - self._fed)]
-        out = _pcm16(self._up.resample_chunk(clean, last=True))
+        out = self._stage.flush()
         self.reset()
         return out
 
     def reset(self) -> None:
         """A new input stream (a clear, a commit): the resamplers start over; the
         filter keeps what it learnt of the echo path."""
-        self._down = soxr.ResampleStream(PCM_RATE, RATE, 1, dtype="float32", quality="HQ")
-        self._up = soxr.ResampleStream(RATE, PCM_RATE, 1, dtype="float32", quality="HQ")
-        self._carry = np.zeros(0, dtype=np.float32)
-        self._fed = 0  # real 16 kHz samples given to AEC3 in this stream
-        self._fed16 = self._fed24 * RATE // PCM_RATE  # of the input clock, for wall time
+        self._stage.reset()
+        self._framed_base = self._fed24 * RATE // PCM_RATE  # the input clock, for wall time
         self._wall_of_next = 0
-        self._dropped = 0  # of AEC3's delay, cut from the start of what it returned
-        self._emitted = 0
 
     def raw_near(self, start24: int, end24: int) -> tuple[Floats, int]:
         """The microphone as it came (16 kHz) for input samples [start24, end24) of
@@ -190,27 +178,13 @@ class EchoCanceller:
         count, wall = self._anchors[-1] if self._anchors else (self._fed24, 0)
         return wall - (count - pos24) * RATE // PCM_RATE
 
-    def _cancel(self, audio: Floats, *, real: bool = True) -> Floats:
-        if real:
-            self._raw.append(audio)
-            self._fed += len(audio)
-        audio = np.concatenate([self._carry, audio])
-        whole = len(audio) // FRAME * FRAME
-        # The carry's first sample is the stream's sample `_fed16`, which plays at
-        # `_wall_of_next` (padding at a flush pairs with what follows).
-        far = self.far.read(self._wall_of_next, whole)
-        self._carry = audio[whole:]
-        if not whole:
-            return np.zeros(0, np.float32)
-        self._fed16 += whole
-        self._wall_of_next += whole
-        near = np.clip(np.rint(audio[:whole]), -32768, 32767).astype(np.int16)
-        far16 = np.clip(np.rint(far), -32768, 32767).astype(np.int16)
-        clean: Floats = self._aec.process(near, far16).astype(np.float32)
-        skip = min(DELAY - self._dropped, len(clean))
-        self._dropped += skip
-        self._emitted += len(clean) - skip
-        return clean[skip:]
+    def _cancel(self, near: Pcm16) -> Pcm16:
+        """Whole 10 ms frames, each paired with the far end playing when it was heard
+        (padding at a flush pairs with what follows)."""
+        far = pcm16(self.far.read(self._wall_of_next, len(near)))
+        self._wall_of_next += len(near)
+        out: Pcm16 = self._aec.process(near, far)
+        return out
 
 
 class _NearRing:
@@ -256,7 +230,3 @@ def own_voice_score(near: Floats, far: Floats, max_lag: int) -> float:
     norm = np.sqrt(far_energy * float(np.dot(x, x)))
     scores = np.where(norm > 0, np.abs(dots) / np.maximum(norm, 1e-12), 0.0)
     return float(scores.max(initial=0.0))
-
-
-def _pcm16(audio: Floats) -> Pcm16:
-    return np.asarray(np.clip(np.rint(audio), -32768, 32767), dtype=np.int16)

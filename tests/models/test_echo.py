@@ -12,7 +12,8 @@ import numpy.typing as npt
 import soxr
 
 from bench.speech import load_wav
-from models.speech.echo import RATE, FarEnd, own_voice_score, wall_index
+from models.speech.echo import FarEnd, own_voice_score, wall_index
+from models.speech.frame_stage import RATE
 
 
 class FakeClock:
