@@ -110,8 +110,9 @@ class ResponseStream:
         self.message_open = False
         self.audio: list[np.ndarray] = []
         self.samples = 0
-        self.unsent_samples = 0  # generated but held back by the encoder
-        self.unsent_pcm: list[np.ndarray] = []  # those samples (the echo guard's far end)
+        # Generated but held back by the encoder: counted, and played on the echo
+        # guard's far end, with the delta that carries them.
+        self.unsent_pcm: list[np.ndarray] = []
         self.transcript = ""
         self.marks: list[TranscriptMark] = []
         self.calls: list[Item] = []
@@ -263,7 +264,6 @@ class ResponseStream:
         self.audio.append(pcm)
         self.samples += len(pcm)
         self.marks.append(TranscriptMark(self.samples, len(self.transcript)))
-        self.unsent_samples += len(pcm)
         self.unsent_pcm.append(pcm)
         await self._emit_audio(self.encoder.encode(pcm), index)
 
@@ -272,14 +272,13 @@ class ResponseStream:
         hold samples back; they are counted with the delta that carries them."""
         if not data:
             return
-        samples, self.unsent_samples = self.unsent_samples, 0
         pcm, self.unsent_pcm = self.unsent_pcm, []
         await self._emit.output(
             ResponseAudioDeltaEvent,
             self.epoch,
             lane=self.lane,
             counts_for=self.item_id,
-            samples=samples,
+            samples=sum(len(p) for p in pcm),
             pcm=np.concatenate(pcm) if len(pcm) > 1 else (pcm[0] if pcm else None),
             response_id=self.response_id,
             item_id=self.item_id,
