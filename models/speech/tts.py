@@ -351,7 +351,9 @@ class FliteSynthesizer:
         try:
             done = subprocess.run(command, capture_output=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            raise SynthesisError(f"flite did not finish within {self.timeout_s:g} s") from None
+            raise SynthesisError(
+                f"flite did not finish within {self.timeout_s:g} s ({len(line)} characters)"
+            ) from None
         if done.returncode != 0:
             said = done.stderr.decode(errors="replace").strip()
             raise SynthesisError(f"flite exited with code {done.returncode}: {said}")

@@ -104,7 +104,9 @@ class SteeredCompat(OpenAICompatExecutor):
     sampling parameters) and a gate on what reaches the session."""
 
     def __init__(self, url: str, newline: int, allowed: list[int]) -> None:
-        speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
+        # vLLM's CPU workers busy-wait on every core of a small runner: beside them one
+        # sentence once took flite past its 30 s production timeout.
+        speaker = Speaker(FliteSynthesizer(timeout_s=180.0), StageSlots("tts", 1))
         options = BackendOptions(
             urls=(url,),
             retries=0,
