@@ -61,6 +61,18 @@ DEFAULT_BACKCHANNELS: tuple[str, ...] = (
 )
 
 
+# Words that alone are no evidence of an interruption: function words, what Whisper
+# hears in a hum or a fragment of background talk ("mm-hm" as "them.", babble as "of
+# the"), and its stock words for noise ("Thank you.", "you"). A hearing of nothing
+# else is unsure, however sure the recognizer is; an interruption is heard by the
+# word that carries it ("No", "wait", "stop", "hold on"), one hearing later at most.
+WEAK_WORDS: frozenset[str] = frozenset(
+    """a an the of to in on at for with from by as and or but so if then
+    i you he she it we they me him her us them my your his its our their
+    i'm you're it's is are was were be been am this that these those there here
+    thank thanks bye""".split()
+)
+
 # Held speech is heard again once it has this much more speech than the last hearing.
 HEAR_EVERY_MS = 100
 
@@ -154,7 +166,8 @@ _HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|a+h+|o+h+|e+r+m*|u+m+)$")
 def heard_of(text: str, backchannels: tuple[str, ...], *, sure: bool = True) -> Heard:
     """What a transcript of held speech is: no words is noise; nothing but
     backchannel phrases and hums ("yeah yeah", "okay, right", "Mmm, mmm") is a
-    backchannel; other words are words if the recognizer is `sure` of them."""
+    backchannel; other words are words if the recognizer is `sure` of them and one
+    of them is not a WEAK_WORD."""
     words = normalize(text).split()
     if not words:
         return Heard.NOISE
@@ -172,6 +185,7 @@ def heard_of(text: str, backchannels: tuple[str, ...], *, sure: bool = True) -> 
             1 if _HUM.match(words[i]) else 0,
         )
         if n == 0:
-            return Heard.WORDS if sure else Heard.UNSURE
+            strong = any(len(w) > 1 and w not in WEAK_WORDS for w in words[i:])
+            return Heard.WORDS if sure and strong else Heard.UNSURE
         i += n
     return Heard.BACKCHANNEL

@@ -45,7 +45,9 @@ from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.history import audio_to_release, items_to_drop
 from engine.input_buffer import InputBuffer
 from engine.interruption import (
+    HEAR_EVERY_MS,
     Heard,
+    InterruptionParams,
     SnippetRecognizer,
     Verdict,
     heard_of,
@@ -96,10 +98,10 @@ from models.speech.frame_stage import RATE
 from models.speech.snippets import Hearing
 
 # The own-voice score (models/speech/echo.py) above which held speech is the
-# assistant's echo: the echo alone scores ~1.0 (a linear echo path), the user talking
-# over a -10 dB echo at most ~0.4 (bench/echo.py).
+# assistant's echo: the echo alone scores ~0.85-1.0, the user alone or talking over a
+# -10 dB echo ~0.35 (tests/models/test_echo.py).
 OWN_VOICE = 0.6
-OWN_VOICE_WINDOW = RATE * 3 // 2  # at most the first 1.5 s of held speech is scored
+OWN_VOICE_WINDOW = RATE  # the latest second of held speech is scored
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +139,7 @@ class HeldSpeech:
     heard_ms: int = 0  # of this much of its speech
     stop: SpeechStopped | None = None  # it ended; the verdict is still to come
     frame_received: float | None = None
-    own_voice: bool = False  # the echo guard heard the assistant's own voice in it
+    own_voice_ms: int | None = None  # the echo guard last heard the assistant's voice here
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,11 @@ class Session:
             Denoiser(self.config.noise_reduction) if self.config.noise_reduction else None
         )
         # audio.input.echo_cancellation (an ephemeral key's preset may ask for it)
-        self.echo = EchoCanceller(FarEnd(clock)) if self.config.echo_cancellation else None
+        self.echo = (
+            EchoCanceller(FarEnd(clock), cancel=self.config.echo_cancel_input)
+            if self.config.echo_cancellation
+            else None
+        )
         self._echo_base = 0  # the buffer position of the canceller's first input sample
         self.outbox.far_end = None if self.echo is None else self.echo.far
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
@@ -524,7 +530,7 @@ class Session:
             start = self.buffer.ms_to_pos(event.audio_start_ms)
             self._speech = (item_id, start)
             self.buffer.discard_before(start)
-            if holds(params.interruption, self._assistant_audible()):
+            if holds(self._interruption(), self._assistant_audible()):
                 self._held = HeldSpeech(
                     item_id, start, event.audio_start_ms, event.onset_ms, event.onset_ms
                 )
@@ -577,16 +583,27 @@ class Session:
         now_ms = self.buffer.pos_to_ms(self.buffer.end)
         return self._playback_end_ms is not None and now_ms < self._playback_end_ms
 
+    def _interruption(self) -> InterruptionParams | None:
+        """Qualified interruption's settings: the session's; with none but the echo
+        guard on, the defaults (held speech is where the guard finds the assistant's
+        own voice); None: every speech start interrupts."""
+        params = self.config.turn_detection
+        if params is None:
+            return None
+        if params.interruption is None and self.echo is not None:
+            return InterruptionParams()
+        return params.interruption
+
     async def _advance_held(self, *, final: bool = False) -> None:
         """Take the next step for held speech (engine/interruption.py's verdict);
         `final`: decide now with what is known (new speech needs the floor)."""
         held = self._held
-        params = self.config.turn_detection
-        if held is None or params is None or params.interruption is None:
+        params = self._interruption()
+        if held is None or params is None:
             return
         speech_ms = held.last_speech_ms - held.onset_ms
         verdict = held_verdict(
-            params.interruption,
+            params,
             speech_ms,
             ended=held.stop is not None,
             heard=held.heard,
@@ -594,9 +611,11 @@ class Session:
             pending=held.request != 0,
             can_classify=self.snippets is not None and not final,
         )
-        # The echo guard: speech about to interrupt that is the assistant's own voice
-        # is dropped like noise, and stays held until it ends.
-        if verdict is Verdict.INTERRUPT and self._held_own_voice(held):
+        # The echo guard: speech about to interrupt whose latest second is the
+        # assistant's own voice stays held (or is dropped once it ends); it is checked
+        # again every HEAR_EVERY_MS, so a user who starts talking over the echo still
+        # interrupts.
+        if verdict is Verdict.INTERRUPT and self._held_own_voice(held, speech_ms):
             verdict = Verdict.DROP if held.stop is not None else Verdict.WAIT
         if verdict is Verdict.CLASSIFY:
             self._ask_snippet(held, speech_ms)
@@ -615,26 +634,28 @@ class Session:
                 self._speech = None
                 self.buffer.discard_before(self.buffer.ms_to_pos(held.stop.audio_end_ms))
 
-    def _held_own_voice(self, held: HeldSpeech) -> bool:
+    def _held_own_voice(self, held: HeldSpeech, speech_ms: int) -> bool:
         if self.echo is None:
             return False
-        if not held.own_voice:
-            end = (
-                self.buffer.end
-                if held.stop is None
-                else self.buffer.ms_to_pos(held.stop.audio_end_ms)
-            )
-            held.own_voice = self.heard_own_voice(held.start, end)
-        return held.own_voice
+        recent = held.own_voice_ms is not None and speech_ms - held.own_voice_ms < HEAR_EVERY_MS
+        if recent and held.stop is None:
+            return True  # checked moments ago
+        end = (
+            self.buffer.end if held.stop is None else self.buffer.ms_to_pos(held.stop.audio_end_ms)
+        )
+        own = self.heard_own_voice(held.start, end)
+        held.own_voice_ms = speech_ms if own else None
+        return own
 
     def heard_own_voice(self, start_sample: int, end_sample: int) -> bool:
         """Whether input buffer positions [start_sample, end_sample) are the assistant's
-        own voice: the raw microphone correlates with what was playing then, 0-500 ms
-        earlier (models/speech/echo.py). False without the echo guard."""
+        own voice: the raw microphone of their latest second correlates with what was
+        playing then, 0-500 ms earlier (models/speech/echo.py). False without the echo
+        guard."""
         if self.echo is None or end_sample <= start_sample:
             return False
-        start = start_sample - self._echo_base
-        end = min(end_sample - self._echo_base, start + OWN_VOICE_WINDOW * PCM_RATE // RATE)
+        end = end_sample - self._echo_base
+        start = max(start_sample - self._echo_base, end - OWN_VOICE_WINDOW * PCM_RATE // RATE)
         near, wall = self.echo.raw_near(max(start, 0), max(end, 0))
         if not len(near) or not np.any(near):
             return False
@@ -670,12 +691,12 @@ class Session:
 
     async def _on_snippet_heard(self, message: SnippetHeard) -> None:
         held = self._held
-        params = self.config.turn_detection
-        if held is None or held.request != message.request or params is None:
+        interruption = self._interruption()
+        if held is None or held.request != message.request or interruption is None:
             return  # stale: decided meanwhile
         self._snippet_task = None
         held.request, held.heard_ms = 0, held.asked_ms
-        interruption, hearing = params.interruption, message.hearing
+        hearing = message.hearing
         if hearing is None or interruption is None:
             held.heard = Heard.WORDS  # cannot tell: do not swallow an interruption
         else:
@@ -909,8 +930,15 @@ class Session:
         denoiser = (
             self._new_denoiser(new.noise_reduction, event.event_id) if denoiser_changed else None
         )
-        echo_changed = new.echo_cancellation != old.echo_cancellation
-        echo = self._new_echo(event.event_id) if echo_changed and new.echo_cancellation else None
+        echo_changed = (new.echo_cancellation, new.echo_cancel_input) != (
+            old.echo_cancellation,
+            old.echo_cancel_input,
+        )
+        echo = (
+            self._new_echo(new.echo_cancel_input, event.event_id)
+            if echo_changed and new.echo_cancellation
+            else None
+        )
         vad_changed = new.turn_detection != old.turn_detection
         detector = self._new_detector(new.turn_detection) if vad_changed else None
         try:
@@ -959,9 +987,9 @@ class Session:
                 event_id,
             ) from None
 
-    def _new_echo(self, event_id: str | None) -> EchoCanceller:
+    def _new_echo(self, cancel: bool, event_id: str | None) -> EchoCanceller:
         try:
-            return EchoCanceller(FarEnd(self.clock))
+            return EchoCanceller(FarEnd(self.clock), cancel=cancel)
         except ModelMissing as exc:
             raise protocol.ProtocolError(
                 "unsupported_value",

@@ -57,9 +57,11 @@ class SessionConfig:
     max_output_tokens: int | Literal["inf"] = "inf"
     # audio.input.noise_reduction: WebRTC's suppressor before the VAD (models/speech/denoise.py)
     noise_reduction: Literal["near_field", "far_field"] | None = None
-    # audio.input.echo_cancellation, Parley's extension (models/speech/echo.py): AEC3
-    # on the input with what was sent as the far end; never echoed in session.updated.
+    # audio.input.echo_cancellation, Parley's extension (models/speech/echo.py): the
+    # own-voice guard, and with `cancel_input` AEC3 on the input as well, with what
+    # was sent as the far end; never echoed in session.updated.
     echo_cancellation: bool = False
+    echo_cancel_input: bool = False
 
 
 def apply_update(
@@ -109,7 +111,9 @@ def apply_update(
         nr = audio_in.noise_reduction
         changes["noise_reduction"] = None if nr is None else nr.type
     if audio_in is not None and "echo_cancellation" in audio_in.model_fields_set:
-        changes["echo_cancellation"] = audio_in.echo_cancellation is not None
+        echo = audio_in.echo_cancellation
+        changes["echo_cancellation"] = echo is not None
+        changes["echo_cancel_input"] = echo is not None and echo.cancel_input
     if audio_in is not None and "transcription" in audio_in.model_fields_set:
         changes["input_transcription"] = _transcription(audio_in.transcription)
 

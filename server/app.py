@@ -141,7 +141,7 @@ def create_app(
     end_of_turn = load_smart_turn()
     # Hears speech held while the assistant talks (turn_detection.interruption); its
     # model loads on first use.
-    snippets = WhisperSnippets()
+    snippets = WhisperSnippets(settings.hearing_model)
     install_redaction()  # no audio or key in the WebSocket library's debug lines
     metrics = Metrics() if settings.metrics else None
     metered = MetricsObserver(metrics, time.monotonic) if metrics else None

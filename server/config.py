@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     # CTranslate2 Whisper directory; a Llama-architecture GGUF (default: the
     # bundled SmolLM2-135M-Instruct); the synthesizer and a Piper VOICE.onnx.
     asr_model: str = "tiny.en"
+    # What hears speech held while the assistant talks (turn_detection.interruption):
+    # Whisper `tiny.en` (bundled), `base` (the [accurate] extra) or a directory.
+    hearing_model: str = "tiny.en"
     llm_model: Path | None = None
     tts_engine: TtsEngineName = "auto"
     tts_voice: Path | None = None

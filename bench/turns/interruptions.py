@@ -44,7 +44,7 @@ DEFAULT_MODES = [
     "semantic_vad/auto",
     "server_vad/silero+qualified",
     "server_vad/silero+aec",
-    "server_vad/silero+qualified+aec",
+    "server_vad/silero+aec3",
 ]
 
 

@@ -51,10 +51,13 @@ def all_modes() -> list[Mode]:
         mode = next(m for m in modes if m.name == base)
         detection = {**mode.turn_detection, "interruption": QUALIFIED}
         modes.append(Mode(f"{base}+qualified", mode.backend, detection, mode.trail_ms))
-    # The echo guard (models/speech/echo.py): also only for the interruption scenarios.
+    # The echo guard (models/speech/echo.py): also only for the interruption scenarios;
+    # "+aec3" also cancels the echo in the input with WebRTC's AEC3.
     for base in ("server_vad/silero", "server_vad/silero+qualified"):
         mode = next(m for m in modes if m.name == base)
         modes.append(replace(mode, name=f"{base}+aec", audio_input=AEC))
+    silero = next(m for m in modes if m.name == "server_vad/silero")
+    modes.append(replace(silero, name="server_vad/silero+aec3", audio_input=AEC3))
     return modes
 
 
@@ -63,11 +66,12 @@ def all_modes() -> list[Mode]:
 QUALIFIED: dict[str, object] = json.loads(os.environ.get("PARLEY_EVAL_INTERRUPTION", "{}")) or {
     "enabled": True
 }
-# What the "+aec" modes add to audio.input.
+# What the "+aec" and "+aec3" modes add to audio.input.
 AEC = {"echo_cancellation": {"type": "server"}}
+AEC3 = {"echo_cancellation": {"type": "server", "cancel_input": True}}
 MODES = {m.name: m for m in all_modes()}
 # What `python -m bench.turns` measures turn ends with by default.
-TURN_MODES = [name for name in MODES if not name.endswith(("+qualified", "+aec"))]
+TURN_MODES = [name for name in MODES if not name.endswith(("+qualified", "+aec", "+aec3"))]
 
 
 @dataclass

@@ -98,10 +98,12 @@ class NoiseReductionIn(_Loose):
 
 
 class EchoCancellationIn(_Loose):
-    """Parley's extension of audio.input (models/speech/echo.py): cancel the
-    assistant's own voice in the microphone, using what was sent as the far end."""
+    """Parley's extension of audio.input (models/speech/echo.py): speech heard while
+    the assistant talks is checked against what was sent, and the assistant's own
+    voice never interrupts; `cancel_input` also runs WebRTC's AEC3 on the input."""
 
     type: Literal["server"]
+    cancel_input: bool = False
 
 
 class AudioInputIn(_Loose):

@@ -133,7 +133,11 @@ def test_every_mode_the_issue_names_is_measured() -> None:
         "semantic_vad/auto+qualified",
         "server_vad/silero+aec",
         "server_vad/silero+qualified+aec",
+        "server_vad/silero+aec3",
     ]
+    assert MODES["server_vad/silero+aec3"].audio_input == {
+        "echo_cancellation": {"type": "server", "cancel_input": True}
+    }
     # A semantic mode streams past its longest wait, so a slow commit is seen.
     assert MODES["semantic_vad/low"].trail_ms > 8000
     assert all(m.turn_detection["create_response"] is False for m in MODES.values())

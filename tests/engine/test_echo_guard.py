@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from bench.speech import load_wav
 from engine.emitter import Outbox, OutEvent
@@ -22,6 +23,7 @@ from tests.support.harness import Harness
 STEP = 480  # 20 ms appends
 ECHO_GAIN = 10 ** (-10 / 20)
 ECHO_DELAY = 2400  # 100 ms
+OVER_AT = 2 * 24_000  # the user starts talking over the echo 2 s into the answer
 
 
 class FakeClock:
@@ -51,11 +53,12 @@ async def answer_with_echo(
     update: dict[str, Any],
     *,
     user: npt.NDArray[np.int16] | None = None,
+    over: npt.NDArray[np.int16] | None = None,
     heard: list[bool] | None = None,
 ) -> Harness:
     """The assistant speaks two fixtures; the client's microphone hears it back (or
-    only `user`, when given). `heard` gets `heard_own_voice` of the last second of
-    input after 3 s of the answer."""
+    only `user`, when given; or the echo and, from 2 s on, `over`). `heard` gets
+    `heard_own_voice` of the last second of input after 3 s of the answer."""
     speech = np.concatenate([load_wav("joke"), load_wav("weather")])
     executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0), speech=speech)
     clock = FakeClock()
@@ -77,6 +80,9 @@ async def answer_with_echo(
             if user is not None:  # a microphone that hears the user, not the speaker
                 echo = np.zeros(STEP) if k >= len(user) else user[k : k + STEP].astype(float)
                 echo = np.pad(echo, (0, STEP - len(echo)))
+            if over is not None and OVER_AT <= k < OVER_AT + len(over):
+                said = over[k - OVER_AT : k - OVER_AT + STEP].astype(float)
+                echo[: len(said)] += said
             await h.append(np.rint(echo).astype(np.int16))
             await handled(h)
             if heard is not None and k + STEP == 3 * 24_000:
@@ -86,13 +92,30 @@ async def answer_with_echo(
     return h
 
 
-async def test_with_the_echo_guard_the_echo_does_not_interrupt() -> None:
+@pytest.mark.parametrize("cancel_input", [False, True])
+async def test_with_the_echo_guard_the_echo_does_not_interrupt(cancel_input: bool) -> None:
+    """The guard alone holds the echo (the VAD hears it) and finds it is the
+    assistant's voice; with AEC3 on the input too the VAD mostly never hears it."""
+    guard = {"type": "server", "cancel_input": cancel_input}
     h = await answer_with_echo(
-        {"echo_cancellation": {"type": "server"}, "turn_detection": {"type": "server_vad"}}
+        {"echo_cancellation": guard, "turn_detection": {"type": "server_vad"}}
     )
     assert h.errors() == []
     assert h.of("input_audio_buffer.speech_started") == []
     assert [r["status"] for r in h.responses_done()] == ["completed"]
+    assert h.session.echo is not None and h.session.echo.cancel is cancel_input
+
+
+async def test_the_user_talking_over_the_held_echo_interrupts() -> None:
+    """The echo is held from the answer's first words; the guard checks the latest
+    second again as the held speech grows, so the user's words over it still cut in."""
+    h = await answer_with_echo(
+        {"echo_cancellation": {"type": "server"}, "turn_detection": {"type": "server_vad"}},
+        over=load_wav("timer"),
+    )
+    assert h.errors() == []
+    assert h.responses_done()[0]["status"] == "cancelled"
+    assert h.index("input_audio_buffer.speech_started") < h.index("response.done")
 
 
 async def test_the_echo_is_heard_as_the_assistants_own_voice_and_the_user_is_not() -> None:

@@ -122,3 +122,21 @@ def test_deciding_now_keeps_only_what_was_heard() -> None:
 )
 def test_words_the_recognizer_is_not_sure_of(text: str, sure: bool, heard: Heard) -> None:
     assert heard_of(text, DEFAULT_BACKCHANNELS, sure=sure) is heard
+
+
+@pytest.mark.parametrize(
+    ("text", "heard"),
+    [
+        ("them.", Heard.UNSURE),  # an "mm-hm" as Whisper tiny heard it
+        ("Thank you.", Heard.UNSURE),  # Whisper's word for a cough
+        ("of the", Heard.UNSURE),  # a fragment of background talk
+        ("The F", Heard.UNSURE),  # single letters carry nothing either
+        ("Yeah, and then", Heard.UNSURE),
+        ("No.", Heard.WORDS),
+        ("wait", Heard.WORDS),
+        ("Hold on", Heard.WORDS),
+        ("with stop", Heard.WORDS),  # one word that carries it is enough
+    ],
+)
+def test_weak_words_alone_are_no_evidence_however_sure(text: str, heard: Heard) -> None:
+    assert heard_of(text, DEFAULT_BACKCHANNELS, sure=True) is heard
