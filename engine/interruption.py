@@ -68,10 +68,16 @@ DEFAULT_BACKCHANNELS: tuple[str, ...] = (
 # word that carries it ("No", "wait", "stop", "hold on"), one hearing later at most.
 WEAK_WORDS: frozenset[str] = frozenset(
     """a an the of to in on at for with from by as and or but so if then
+    off up out over into onto down
     i you he she it we they me him her us them my your his its our their
     i'm you're it's is are was were be been am this that these those there here
     thank thanks bye""".split()
 )
+
+# A hearing of held speech shorter than this is not trusted alone, however sure: it
+# hears a syllable or two (Whisper tiny heard a "right" as a sure "Run."). Two hearings
+# in a row that share a strong word are trusted at any length, sure or not.
+SURE_ALONE_MS = 300
 
 # Held speech is heard again once it has this much more speech than the last hearing.
 HEAR_EVERY_MS = 100
@@ -161,6 +167,33 @@ def normalize(text: str) -> str:
 # Hums and fillers however a recognizer spells them ("Mmm", "mm-hmm", "uh-uh", "hm"):
 # backchannels whatever the list says.
 _HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|a+h+|o+h+|e+r+m*|u+m+)$")
+
+
+def strong_words(text: str, backchannels: tuple[str, ...]) -> frozenset[str]:
+    """The words of a transcript that can carry an interruption: not a WEAK_WORD, a
+    single letter, a hum or a one-word backchannel."""
+    single = {normalize(b) for b in backchannels}
+    return frozenset(
+        w
+        for w in normalize(text).split()
+        if len(w) > 1 and w not in WEAK_WORDS and w not in single and not _HUM.match(w)
+    )
+
+
+def confirmed(
+    heard: Heard, words: frozenset[str], previous: frozenset[str], speech_ms: int
+) -> Heard:
+    """A hearing (`heard`, its strong `words`, of the first `speech_ms` of held speech)
+    weighed with the hearing before it (`previous`: its strong words): words the
+    recognizer is unsure of count when both hearings share one (tiny is unsure of a
+    Scottish "No." three times over, and sure of babble now and then); sure words count
+    alone only from SURE_ALONE_MS of speech."""
+    agree = bool(words & previous)
+    if heard is Heard.UNSURE and agree:
+        return Heard.WORDS
+    if heard is Heard.WORDS and speech_ms < SURE_ALONE_MS and not agree:
+        return Heard.UNSURE
+    return heard
 
 
 def heard_of(text: str, backchannels: tuple[str, ...], *, sure: bool = True) -> Heard:

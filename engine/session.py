@@ -50,9 +50,11 @@ from engine.interruption import (
     InterruptionParams,
     SnippetRecognizer,
     Verdict,
+    confirmed,
     heard_of,
     held_verdict,
     holds,
+    strong_words,
 )
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
@@ -140,6 +142,8 @@ class HeldSpeech:
     stop: SpeechStopped | None = None  # it ended; the verdict is still to come
     frame_received: float | None = None
     own_voice_ms: int | None = None  # the echo guard last heard the assistant's voice here
+    echo_end: int | None = None  # the buffer position up to which it was the echo
+    words: frozenset[str] = frozenset()  # the latest hearing's strong words
 
 
 @dataclass(frozen=True)
@@ -622,6 +626,8 @@ class Session:
         elif verdict is Verdict.INTERRUPT:
             self._held = None
             self._cancel_snippet()
+            if held.echo_end is not None:
+                self._start_after_echo(held)
             await self._speech_started(held.item_id, held.audio_start_ms)
             if held.stop is not None:
                 await self._speech_stopped(held.stop, held.frame_received)
@@ -645,7 +651,20 @@ class Session:
         )
         own = self.heard_own_voice(held.start, end)
         held.own_voice_ms = speech_ms if own else None
+        if own:
+            held.echo_end = end
         return own
+
+    def _start_after_echo(self, held: HeldSpeech) -> None:
+        """The user talked over held echo: their turn starts where the echo was last
+        heard alone, less the prefix padding, not where the echo began."""
+        assert held.echo_end is not None
+        params = self.config.turn_detection
+        padding = self.buffer.ms_to_pos(params.prefix_padding_ms if params else 0)
+        start = max(held.start, held.echo_end - padding)
+        held.start, held.audio_start_ms = start, self.buffer.pos_to_ms(start)
+        self._speech = (held.item_id, start)
+        self.buffer.discard_before(start)
 
     def heard_own_voice(self, start_sample: int, end_sample: int) -> bool:
         """Whether input buffer positions [start_sample, end_sample) are the assistant's
@@ -700,7 +719,10 @@ class Session:
         if hearing is None or interruption is None:
             held.heard = Heard.WORDS  # cannot tell: do not swallow an interruption
         else:
-            held.heard = heard_of(hearing.text, interruption.backchannels, sure=hearing.sure)
+            heard = heard_of(hearing.text, interruption.backchannels, sure=hearing.sure)
+            words = strong_words(hearing.text, interruption.backchannels)
+            held.heard = confirmed(heard, words, held.words, held.asked_ms)
+            held.words = words
         await self._advance_held()
 
     def _cancel_snippet(self) -> None:

@@ -116,6 +116,9 @@ async def test_the_user_talking_over_the_held_echo_interrupts() -> None:
     assert h.errors() == []
     assert h.responses_done()[0]["status"] == "cancelled"
     assert h.index("input_audio_buffer.speech_started") < h.index("response.done")
+    # The turn starts near the user's first word, not at the echo's first (~0.1 s).
+    [started] = h.of("input_audio_buffer.speech_started")
+    assert 1500 <= started["audio_start_ms"] <= OVER_AT * 1000 // 24_000 + 300
 
 
 async def test_the_echo_is_heard_as_the_assistants_own_voice_and_the_user_is_not() -> None:

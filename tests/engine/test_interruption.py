@@ -6,12 +6,15 @@ import pytest
 
 from engine.interruption import (
     DEFAULT_BACKCHANNELS,
+    SURE_ALONE_MS,
     Heard,
     InterruptionParams,
     Verdict,
+    confirmed,
     heard_of,
     held_verdict,
     holds,
+    strong_words,
 )
 
 P = InterruptionParams(min_speech_ms=250, max_backchannel_ms=1000)
@@ -140,3 +143,24 @@ def test_words_the_recognizer_is_not_sure_of(text: str, sure: bool, heard: Heard
 )
 def test_weak_words_alone_are_no_evidence_however_sure(text: str, heard: Heard) -> None:
     assert heard_of(text, DEFAULT_BACKCHANNELS, sure=True) is heard
+
+
+def test_strong_words_are_what_can_carry_an_interruption() -> None:
+    assert strong_words("No, that's wrong.", DEFAULT_BACKCHANNELS) == {"no", "that's", "wrong"}
+    assert strong_words("Okay, and then the F. Mmm.", DEFAULT_BACKCHANNELS) == set()
+    assert strong_words("Thank you. Off the door.", DEFAULT_BACKCHANNELS) == {"door"}
+
+
+def test_a_hearing_is_weighed_with_the_one_before_it() -> None:
+    no, wrong = frozenset({"no"}), frozenset({"wrong"})
+    # Unsure words count when the hearing before shares one.
+    assert confirmed(Heard.UNSURE, no, no, 300) is Heard.WORDS
+    assert confirmed(Heard.UNSURE, no, wrong, 300) is Heard.UNSURE
+    assert confirmed(Heard.UNSURE, no, frozenset(), 300) is Heard.UNSURE
+    # Sure words alone need SURE_ALONE_MS of speech, or a hearing that agrees.
+    assert confirmed(Heard.WORDS, no, frozenset(), SURE_ALONE_MS - 100) is Heard.UNSURE
+    assert confirmed(Heard.WORDS, no, no, SURE_ALONE_MS - 100) is Heard.WORDS
+    assert confirmed(Heard.WORDS, no, frozenset(), SURE_ALONE_MS) is Heard.WORDS
+    # Backchannels and noise stay what they are.
+    assert confirmed(Heard.BACKCHANNEL, frozenset(), no, 500) is Heard.BACKCHANNEL
+    assert confirmed(Heard.NOISE, frozenset(), no, 500) is Heard.NOISE
