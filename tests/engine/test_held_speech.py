@@ -59,6 +59,15 @@ async def answer_all(h: Harness, snippets: FakeSnippets, text: str, *, sure: boo
     return n
 
 
+async def speech_during_an_answer(h: Harness) -> None:
+    """Qualified interruption on, an answer streaming, and a question said over it:
+    held, its first hearing asked for."""
+    await h.send(update())
+    await speaking(h)
+    await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
+    await handled(h)
+
+
 def finish(executor: ScriptedExecutor) -> None:
     assert executor.chunk_gate is not None
     for _ in range(1000):
@@ -85,10 +94,7 @@ async def test_a_backchannel_is_no_turn_and_the_answer_plays_on() -> None:
 async def test_a_real_interruption_goes_out_with_its_true_start_and_cancels() -> None:
     executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
     async with Harness(executor, snippets=snippets) as h:
-        await h.send(update())
-        await speaking(h)
-        await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
-        await handled(h)
+        await speech_during_an_answer(h)
         assert h.of("input_audio_buffer.speech_started") == []  # held
         [_] = snippets.pending()  # one hearing at a time
         heard_pcm = snippets.calls[0][0]
@@ -229,10 +235,7 @@ async def test_two_unsure_hearings_in_a_row_that_agree_interrupt() -> None:
     times over): two hearings in a row that share a strong word qualify it."""
     executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
     async with Harness(executor, snippets=snippets) as h:
-        await h.send(update())
-        await speaking(h)
-        await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
-        await handled(h)
+        await speech_during_an_answer(h)
         snippets.answer("No.", sure=False)
         await handled(h)
         assert h.of("input_audio_buffer.speech_started") == []
