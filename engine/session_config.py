@@ -194,7 +194,7 @@ def _transcription(value: TranscriptionIn | None) -> InputTranscription | None:
 
 def _interruption(value: InterruptionIn | None) -> InterruptionParams | None:
     if value is None:
-        return None
+        return None  # null: every speech start interrupts
     fields: dict[str, Any] = {
         name: getattr(value, name)
         for name in ("enabled", "min_speech_ms", "max_backchannel_ms")
@@ -208,7 +208,9 @@ def _interruption(value: InterruptionIn | None) -> InterruptionParams | None:
 def _turn_detection(value: TurnDetectionIn | None) -> ServerVadParams | None:
     if value is None:
         return None
-    interruption = _interruption(value.interruption)
+    # Absent: qualified interruption with its defaults; null: off.
+    sent = "interruption" in value.model_fields_set
+    interruption = _interruption(value.interruption) if sent else InterruptionParams()
     if value.type == "semantic_vad":
         # Only these three are semantic_vad fields (server_vad's are ignored, as the
         # SDK's SemanticVad has none of them), and Parley's interruption.

@@ -33,8 +33,9 @@ class ServerVadParams:
     interrupt_response: bool = True
     idle_timeout_ms: int | None = None
     # Parley's extension: speech while the assistant is audible must qualify before
-    # it interrupts (engine/interruption.py); None: every speech start interrupts.
-    interruption: InterruptionParams | None = None
+    # it interrupts (engine/interruption.py); on by default; None: every speech start
+    # interrupts.
+    interruption: InterruptionParams | None = InterruptionParams()
 
 
 @dataclass(frozen=True)

@@ -139,8 +139,8 @@ def create_app(
     # semantic_vad's end-of-turn model (Smart Turn), one per process; None with a
     # warning when it cannot load, and semantic_vad turns then end on fixed silence.
     end_of_turn = load_smart_turn()
-    # Hears speech held while the assistant talks (turn_detection.interruption); its
-    # model loads on first use.
+    # Hears speech held while the assistant talks (turn_detection.interruption, on by
+    # default); its model loads in the background once the server starts.
     snippets = WhisperSnippets(settings.hearing_model)
     install_redaction()  # no audio or key in the WebSocket library's debug lines
     metrics = Metrics() if settings.metrics else None
@@ -155,6 +155,7 @@ def create_app(
         if warning := exposure_warning(settings.host, settings.api_keys):
             log.warning(warning)
         await model_executor.start()  # vLLM's engine starts here (in the loop)
+        snippets.prepare()
         probe = None
         if metrics is not None:
             clock = asyncio.get_running_loop().time

@@ -52,9 +52,9 @@ def parser() -> argparse.ArgumentParser:
         "--modes",
         nargs="+",
         choices=list(MODES),
-        help="default: every mode but the +qualified and +aec ones for turns;"
-        " server_vad/silero, server_vad/webrtc, semantic_vad/auto and"
-        " server_vad/silero+qualified, +aec and +aec3 for interruptions",
+        help="default: every mode without a '+' for turns; server_vad/silero,"
+        " server_vad/webrtc, semantic_vad/auto and server_vad/silero+instant, +aec and"
+        " +aec3 for interruptions",
     )
     p.add_argument("--sets", nargs="+", choices=SETS, default=SETS)
     p.add_argument("--limit", type=int, help="at most this many items per set (or kind)")

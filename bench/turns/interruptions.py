@@ -36,13 +36,14 @@ from models.base import PCM_RATE
 CHUNK = PCM_RATE * CHUNK_MS // 1000
 FIRST_AUDIO_TIMEOUT_MS = 10_000  # no audio delta by then: the item is not measured
 INSTRUCTIONS = "Tell the user about tomorrow's weather, at length."
-# Semantic eagerness changes when a turn ends, not when speech starts: the three modes
-# below are the default; any mode of bench/turns/run.py can be asked for.
+# Semantic eagerness changes when a turn ends, not when speech starts: one semantic
+# mode is enough. The modes below are the default; any mode of bench/turns/run.py can
+# be asked for.
 DEFAULT_MODES = [
     "server_vad/silero",
     "server_vad/webrtc",
     "semantic_vad/auto",
-    "server_vad/silero+qualified",
+    "server_vad/silero+instant",
     "server_vad/silero+aec",
     "server_vad/silero+aec3",
 ]

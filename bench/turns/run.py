@@ -45,12 +45,18 @@ def all_modes() -> list[Mode]:
         modes.append(
             Mode(f"semantic_vad/{eagerness}", "silero", detection, wait_ms + SEMANTIC_MARGIN_MS)
         )
-    # Qualified interruption (engine/interruption.py): only changes what happens while
-    # the assistant talks, so only the interruption scenarios run it by default.
+    # Qualified interruption (engine/interruption.py) is the default; "+qualified" asks
+    # for it explicitly (PARLEY_EVAL_INTERRUPTION to try other settings), "+instant"
+    # turns it off (every speech start interrupts). They only change what happens while
+    # the assistant talks, so only the interruption scenarios run them.
     for base in ("server_vad/silero", "semantic_vad/auto"):
         mode = next(m for m in modes if m.name == base)
         detection = {**mode.turn_detection, "interruption": QUALIFIED}
         modes.append(Mode(f"{base}+qualified", mode.backend, detection, mode.trail_ms))
+    for base in ("server_vad/silero", "server_vad/webrtc", "semantic_vad/auto"):
+        mode = next(m for m in modes if m.name == base)
+        detection = {**mode.turn_detection, "interruption": None}
+        modes.append(Mode(f"{base}+instant", mode.backend, detection, mode.trail_ms))
     # The echo guard (models/speech/echo.py): also only for the interruption scenarios;
     # "+aec3" also cancels the echo in the input with WebRTC's AEC3.
     for base in ("server_vad/silero", "server_vad/silero+qualified"):
@@ -71,7 +77,7 @@ AEC = {"echo_cancellation": {"type": "server"}}
 AEC3 = {"echo_cancellation": {"type": "server", "cancel_input": True}}
 MODES = {m.name: m for m in all_modes()}
 # What `python -m bench.turns` measures turn ends with by default.
-TURN_MODES = [name for name in MODES if not name.endswith(("+qualified", "+aec", "+aec3"))]
+TURN_MODES = [name for name in MODES if "+" not in name]
 
 
 @dataclass

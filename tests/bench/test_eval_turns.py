@@ -131,10 +131,16 @@ def test_every_mode_the_issue_names_is_measured() -> None:
     assert [m for m in MODES if m not in TURN_MODES] == [
         "server_vad/silero+qualified",
         "semantic_vad/auto+qualified",
+        "server_vad/silero+instant",
+        "server_vad/webrtc+instant",
+        "semantic_vad/auto+instant",
         "server_vad/silero+aec",
         "server_vad/silero+qualified+aec",
         "server_vad/silero+aec3",
     ]
+    # "+instant" turns qualified interruption off; the plain modes keep the default.
+    assert MODES["server_vad/silero+instant"].turn_detection["interruption"] is None
+    assert "interruption" not in MODES["server_vad/silero"].turn_detection
     assert MODES["server_vad/silero+aec3"].audio_input == {
         "echo_cancellation": {"type": "server", "cancel_input": True}
     }

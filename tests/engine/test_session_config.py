@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from engine import session as session_module
+from engine.interruption import InterruptionParams
 from engine.protocol import ProtocolError, SessionUpdate, parse_client_event
 from engine.session_config import SessionConfig, apply_update, to_wire
 from engine.turns import ServerVadParams
@@ -76,6 +77,28 @@ def test_null_turn_detection_disables_and_absent_keeps() -> None:
         apply_update(kept, update({"instructions": ""}).session, audio_started=False).instructions
         == ""
     )
+
+
+def detection(value: dict[str, Any]) -> ServerVadParams | None:
+    config = apply_update(
+        BASE, update({"audio": {"input": {"turn_detection": value}}}).session, audio_started=False
+    )
+    return config.turn_detection
+
+
+@pytest.mark.parametrize("kind", ["server_vad", "semantic_vad"])
+def test_qualified_interruption_is_on_unless_turned_off(kind: str) -> None:
+    """On by default (docs/turn-taking.md); null or enabled false turn it off."""
+    assert BASE.turn_detection is not None and BASE.turn_detection.interruption is not None
+    default = detection({"type": kind})
+    assert default is not None and default.interruption == InterruptionParams()
+    off = detection({"type": kind, "interruption": None})
+    assert off is not None and off.interruption is None
+    disabled = detection({"type": kind, "interruption": {"enabled": False}})
+    assert disabled is not None and disabled.interruption is not None
+    assert not disabled.interruption.enabled
+    tuned = detection({"type": kind, "interruption": {"min_speech_ms": 300}})
+    assert tuned is not None and tuned.interruption == InterruptionParams(min_speech_ms=300)
 
 
 @pytest.mark.parametrize(

@@ -69,3 +69,12 @@ def test_what_whisper_is_sure_of() -> None:
     assert hearing_of("Oh, God.", -2.5, 0.4) == Hearing("Oh, God.", sure=False)
     assert hearing_of("No.", -1.0, 0.55) == Hearing("No.", sure=False)
     assert hearing_of("Thank you.", -1.4, 0.9) == Hearing("")  # silent, as faster-whisper
+
+
+def test_prepare_loads_the_model_in_the_background() -> None:
+    fresh = WhisperSnippets()
+    try:
+        loading = fresh.prepare()  # returns at once; the load runs on a hearing thread
+        assert loading.result(timeout=60) is fresh._whisper is not None
+    finally:
+        fresh.close()
