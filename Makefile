@@ -123,7 +123,7 @@ soak: $(VENV)/.installed-run
 # turns, end-of-turn latency; table on stdout, JSON in bench/results/turns.json
 # (docs/turn-taking.md). More flags: EVAL_TURNS_ARGS="...". Then the interruptions:
 # backchannels, noise bursts, interrupting sentences and echo heard while the assistant
-# talks (about 4 minutes more), JSON in bench/results/interruptions.json; more flags:
+# talks (about 8 minutes more), JSON in bench/results/interruptions.json; more flags:
 # EVAL_INTERRUPTIONS_ARGS="...".
 EVAL_TURNS_ARGS ?=
 EVAL_INTERRUPTIONS_ARGS ?=
