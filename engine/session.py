@@ -588,13 +588,14 @@ class Session:
         return self._playback_end_ms is not None and now_ms < self._playback_end_ms
 
     def _interruption(self) -> InterruptionParams | None:
-        """Qualified interruption's settings: the session's; with none but the echo
+        """Qualified interruption's settings: the session's; with it off but the echo
         guard on, the defaults (held speech is where the guard finds the assistant's
         own voice); None: every speech start interrupts."""
         params = self.config.turn_detection
         if params is None:
             return None
-        if params.interruption is None and self.echo is not None:
+        off = params.interruption is None or not params.interruption.enabled
+        if off and self.echo is not None:
             return InterruptionParams()
         return params.interruption
 
@@ -716,7 +717,7 @@ class Session:
         self._snippet_task = None
         held.request, held.heard_ms = 0, held.asked_ms
         hearing = message.hearing
-        if hearing is None or interruption is None:
+        if hearing is None:
             held.heard = Heard.WORDS  # cannot tell: do not swallow an interruption
         else:
             heard = heard_of(hearing.text, interruption.backchannels, sure=hearing.sure)

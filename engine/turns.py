@@ -35,7 +35,7 @@ class ServerVadParams:
     # Parley's extension: speech while the assistant is audible must qualify before
     # it interrupts (engine/interruption.py); on by default; None: every speech start
     # interrupts.
-    interruption: InterruptionParams | None = InterruptionParams()
+    interruption: InterruptionParams | None = field(default_factory=InterruptionParams)
 
 
 @dataclass(frozen=True)

@@ -92,13 +92,24 @@ async def answer_with_echo(
     return h
 
 
-@pytest.mark.parametrize("cancel_input", [False, True])
-async def test_with_the_echo_guard_the_echo_does_not_interrupt(cancel_input: bool) -> None:
-    """The guard alone holds the echo (the VAD hears it) and finds it is the
-    assistant's voice; with AEC3 on the input too the VAD mostly never hears it."""
+@pytest.mark.parametrize(
+    ("cancel_input", "interruption"),
+    [
+        (False, {}),
+        (True, {}),
+        (False, {"interruption": None}),
+        (False, {"interruption": {"enabled": False}}),
+    ],
+)
+async def test_with_the_echo_guard_the_echo_does_not_interrupt(
+    cancel_input: bool, interruption: dict[str, Any]
+) -> None:
+    """The guard alone holds the echo (the VAD hears it), even with qualified
+    interruption off, and finds it is the assistant's voice; with AEC3 on the input
+    too the VAD mostly never hears it."""
     guard = {"type": "server", "cancel_input": cancel_input}
     h = await answer_with_echo(
-        {"echo_cancellation": guard, "turn_detection": {"type": "server_vad"}}
+        {"echo_cancellation": guard, "turn_detection": {"type": "server_vad", **interruption}}
     )
     assert h.errors() == []
     assert h.of("input_audio_buffer.speech_started") == []
