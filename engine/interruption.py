@@ -75,9 +75,12 @@ WEAK_WORDS: frozenset[str] = frozenset(
 )
 
 # A hearing of held speech shorter than this is not trusted alone, however sure: it
-# hears a syllable or two (Whisper tiny heard a "right" as a sure "Run."). Two hearings
-# in a row that share a strong word are trusted at any length, sure or not.
-SURE_ALONE_MS = 300
+# hears a syllable or two. With the default min_speech_ms the first hearing is already
+# this long: since Whisper is prompted with backchannels (models/speech/snippets.py) it
+# hears them as such from there, where unprompted it heard a "right" as a sure "Run."
+# and had to wait for a second hearing (p50 ~480 ms against ~330). Two hearings in a
+# row that share a strong word are trusted at any length, sure or not.
+SURE_ALONE_MS = 200
 
 # Held speech is heard again once it has this much more speech than the last hearing.
 HEAR_EVERY_MS = 100
@@ -166,7 +169,7 @@ def normalize(text: str) -> str:
 
 # Hums and fillers however a recognizer spells them ("Mmm", "mm-hmm", "uh-uh", "hm"):
 # backchannels whatever the list says.
-_HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|a+h+|o+h+|e+r+m*|u+m+)$")
+_HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|h+u+h+|a+h+|o+h+|e+r+m*|u+m+)$")
 
 
 def strong_words(text: str, backchannels: tuple[str, ...]) -> frozenset[str]:

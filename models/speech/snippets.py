@@ -36,6 +36,11 @@ from models.speech.asr import WHISPER_RATE, resolve_whisper
 
 log = logging.getLogger(__name__)
 
+# Whisper is told that what came before was backchannels (its "previous text"
+# prompt): it then writes a hum as "Mm-hmm" where it invented words ("them.", "I'm
+# sorry.") and hears a short "No." or "Sorry." surely at 200 ms of speech, which it was
+# unsure of (make eval-turns' interruptions, replayed offline).
+PROMPT = "Mm-hmm. Uh-huh. Yeah. Okay. Right."
 MIN_WINDOW_S = 5
 MAX_WINDOW_S = 30  # Whisper's own; longer held speech is heard by its last 30 s
 MAX_TOKENS = 24  # a snippet is a few words; a runaway transcript stops here
@@ -97,7 +102,8 @@ class _Whisper:
             language="en",
         )
         self.features = FeatureExtractor(feature_size=self.model.n_mels)
-        self.prompt = [*self.tokenizer.sot_sequence, self.tokenizer.no_timestamps]
+        previous = [self.tokenizer.sot_prev, *self.tokenizer.encode(" " + PROMPT)]
+        self.prompt = [*previous, *self.tokenizer.sot_sequence, self.tokenizer.no_timestamps]
 
     def hear(self, audio: npt.NDArray[np.float32]) -> Hearing:
         audio = audio[-MAX_WINDOW_S * WHISPER_RATE :]

@@ -59,10 +59,10 @@ async def answer_all(h: Harness, snippets: FakeSnippets, text: str, *, sure: boo
     return n
 
 
-async def speech_during_an_answer(h: Harness) -> None:
+async def speech_during_an_answer(h: Harness, **interruption: Any) -> None:
     """Qualified interruption on, an answer streaming, and a question said over it:
     held, its first hearing asked for."""
-    await h.send(update())
+    await h.send(update(**interruption))
     await speaking(h)
     await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
     await handled(h)
@@ -101,11 +101,6 @@ async def test_a_real_interruption_goes_out_with_its_true_start_and_cancels() ->
         assert len(heard_pcm) >= 24_000 // 5  # at least min_speech_ms of the speech
         snippets.answer("Wait, stop.")
         await handled(h)
-        # Sure, but of ~200 ms of speech: not trusted alone (SURE_ALONE_MS).
-        assert h.of("input_audio_buffer.speech_started") == []
-        snippets.answer("Wait, stop.")  # the next hearing agrees
-        await handled(h)
-        assert len(snippets.calls) == 2
         [started] = h.of("input_audio_buffer.speech_started")
         assert 0 <= started["audio_start_ms"] <= 300  # before the speech, not at release
         [done] = h.responses_done()
@@ -243,4 +238,20 @@ async def test_two_unsure_hearings_in_a_row_that_agree_interrupt() -> None:
         await handled(h)
         assert len(h.of("input_audio_buffer.speech_started")) == 1
         assert [r["status"] for r in h.responses_done()] == ["cancelled"]
+        finish(executor)
+
+
+async def test_a_sure_hearing_of_very_short_speech_waits_for_the_next() -> None:
+    """First heard at 100 ms of speech (below SURE_ALONE_MS): sure words there are not
+    trusted alone; the next hearing that agrees releases the speech."""
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await speech_during_an_answer(h, min_speech_ms=100)
+        snippets.answer("Run.")
+        await handled(h)
+        assert h.of("input_audio_buffer.speech_started") == []
+        snippets.answer("Run, stop.")
+        await handled(h)
+        assert len(snippets.calls) == 2
+        assert len(h.of("input_audio_buffer.speech_started")) == 1
         finish(executor)

@@ -55,7 +55,7 @@ async def test_speech_over_the_shortest_window_is_heard_in_a_longer_one(
     said = "Sorry, can you say that again?"
     pcm = np.concatenate([silence(MIN_WINDOW_S * 1000), speak(said, "en-us", 160), silence(300)])
     hearing = await snippets.transcribe(pcm)
-    assert hearing is not None and "say that again" in hearing.text.lower(), hearing
+    assert hearing is not None and "can you say" in hearing.text.lower(), hearing
 
 
 def test_the_window_grows_with_the_snippet_within_whispers() -> None:
