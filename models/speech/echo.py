@@ -7,18 +7,21 @@ Parley's `audio.input.echo_cancellation` extension.
   so a chunk plays at max(end of the previous chunk, its send time). Audio the writer
   drops (a cancelled answer) is never sent, so never recorded; a barge-in (the client
   flushes its playback on `speech_started`) cuts what was still to play.
-- `EchoCanceller`: WebRTC's AEC3 (`pywebrtc-audio`) on the microphone, each 10 ms
-  frame paired with the far end playing when it was heard (an append covers the wall
-  interval that ends at its arrival). Like models/speech/denoise.py it runs at 16 kHz
+- `EchoCanceller`: keeps the raw microphone by wall time (an append covers the wall
+  interval that ends at its arrival) and, with `cancel` (`cancel_input`), runs WebRTC's
+  AEC3 (`pywebrtc-audio`) on it, each 10 ms frame paired with the far end playing when
+  it was heard. Like models/speech/denoise.py it runs at 16 kHz
   (models/speech/frame_stage.py): resampled as streams, AEC3's own 8 ms delay cut,
-  sample k out is sample k in.
+  sample k out is sample k in. AEC3 takes the user for echo while it has no echo path
+  learnt, so it is not the default (docs/turn-taking.md).
 - `own_voice_score`: how much a snippet of the microphone is the recently played far
   end (correlation of band-energy envelopes over lags 0-500 ms), for the held-speech
   check.
 
 Measured (bench/echo.py, 2 cores): ~20 ms of CPU per second of audio; a real-speech
 echo at -10/-20 dB, 50-200 ms late, down by 29-47 dB (22-40 dB in its first second,
-46-60 dB after); the user talking over it keeps all but 1.5-3 dB of its level.
+46-60 dB after); the user talking over a learnt echo keeps all but 1.5-3 dB of its
+level, over none the first words can lose 16-75 dB.
 """
 
 from __future__ import annotations
