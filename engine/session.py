@@ -647,14 +647,18 @@ class Session:
         recent = held.own_voice_ms is not None and speech_ms - held.own_voice_ms < HEAR_EVERY_MS
         if recent and held.stop is None:
             return True  # checked moments ago
-        end = (
-            self.buffer.end if held.stop is None else self.buffer.ms_to_pos(held.stop.audio_end_ms)
-        )
+        end = self._held_end(held)
         own = self.heard_own_voice(held.start, end)
         held.own_voice_ms = speech_ms if own else None
         if own:
             held.echo_end = end
         return own
+
+    def _held_end(self, held: HeldSpeech) -> int:
+        """The buffer position where held speech ends so far: its end once it ended."""
+        return (
+            self.buffer.end if held.stop is None else self.buffer.ms_to_pos(held.stop.audio_end_ms)
+        )
 
     def _start_after_echo(self, held: HeldSpeech) -> None:
         """The user talked over held echo: their turn starts where the echo was last
@@ -687,9 +691,7 @@ class Session:
         """Hear the held speech so far (`speech_ms` of it)."""
         recognizer = self.snippets
         assert recognizer is not None
-        end = (
-            self.buffer.end if held.stop is None else self.buffer.ms_to_pos(held.stop.audio_end_ms)
-        )
+        end = self._held_end(held)
         audio = self.buffer.copy(held.start, end)
         self._snippet_requests += 1
         request = held.request = self._snippet_requests
