@@ -203,7 +203,7 @@ def heard_of(text: str, backchannels: tuple[str, ...], *, sure: bool = True) -> 
     """What a transcript of held speech is: no words is noise; nothing but
     backchannel phrases and hums ("yeah yeah", "okay, right", "Mmm, mmm") is a
     backchannel; other words are words if the recognizer is `sure` of them and one
-    of them is not a WEAK_WORD."""
+    of them is a strong word (`strong_words`)."""
     words = normalize(text).split()
     if not words:
         return Heard.NOISE
@@ -221,7 +221,7 @@ def heard_of(text: str, backchannels: tuple[str, ...], *, sure: bool = True) -> 
             1 if _HUM.match(words[i]) else 0,
         )
         if n == 0:
-            strong = any(len(w) > 1 and w not in WEAK_WORDS for w in words[i:])
+            strong = strong_words(" ".join(words[i:]), backchannels)
             return Heard.WORDS if sure and strong else Heard.UNSURE
         i += n
     return Heard.BACKCHANNEL

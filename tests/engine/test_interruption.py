@@ -135,6 +135,8 @@ def test_words_the_recognizer_is_not_sure_of(text: str, sure: bool, heard: Heard
         ("of the", Heard.UNSURE),  # a fragment of background talk
         ("The F", Heard.UNSURE),  # single letters carry nothing either
         ("Yeah, and then", Heard.UNSURE),
+        ("them, yeah", Heard.UNSURE),  # a weak word, then a backchannel: nothing strong
+        ("of the okay", Heard.UNSURE),
         ("No.", Heard.WORDS),
         ("wait", Heard.WORDS),
         ("Hold on", Heard.WORDS),
