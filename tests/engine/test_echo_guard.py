@@ -197,3 +197,16 @@ async def test_the_far_end_is_what_the_writer_sends_not_what_it_drops() -> None:
     box.put_control(OutEvent("s", "input_audio_buffer.speech_started"))
     await box.get()
     assert far.playing_until() == wall_index(clock.t)  # the client flushed its playback
+
+
+async def test_cancel_input_must_be_a_boolean_and_the_session_lives() -> None:
+    async with Harness() as h:
+        await h.update_audio(input={"echo_cancellation": {"type": "server", "cancel_input": "yes"}})
+        await h.settle()
+        [error] = h.errors()
+        assert error["code"] == "invalid_type"
+        assert error["param"] == "session.audio.input.echo_cancellation.cancel_input"
+        assert h.session.echo is None
+        await h.update_audio(input={"echo_cancellation": {"type": "server", "cancel_input": True}})
+        await h.settle()
+        assert len(h.errors()) == 1 and h.session.echo is not None and h.session.echo.cancel
