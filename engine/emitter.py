@@ -50,6 +50,7 @@ class OutEvent:
     item_id: str | None = None  # for audio deltas: the item whose audio is counted
     samples: int = 0  # audio samples this event carries
     pcm: npt.NDArray[np.int16] | None = None  # its 24 kHz audio, for the echo guard's far end
+    response_id: str | None = None  # for output: the response it belongs to
 
 
 class Ids:
@@ -231,6 +232,10 @@ class Emitter:
         **fields: Any,
     ) -> None:
         """Queue output of `epoch`; `samples` of audio (`pcm`, at 24 kHz) are counted
-        for the item `counts_for` when the writer sends it."""
+        for the item `counts_for` when the writer sends it (a WebRTC call plays `pcm`
+        on its track)."""
         _, text = self._event(cls, fields)
-        await self.outbox.put(OutEvent(text, _TYPES[cls], epoch, lane, counts_for, samples, pcm))
+        response_id = fields.get("response_id")
+        await self.outbox.put(
+            OutEvent(text, _TYPES[cls], epoch, lane, counts_for, samples, pcm, response_id)
+        )

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,11 @@ from openai.types.realtime import (
     RealtimeErrorEvent,
     SessionCreatedEvent,
     SessionUpdatedEvent,
+)
+from openai.types.realtime.realtime_server_event import (
+    OutputAudioBufferCleared,
+    OutputAudioBufferStarted,
+    OutputAudioBufferStopped,
 )
 
 from engine import protocol
@@ -157,6 +163,29 @@ class EndOfTurnScored:
 
 
 @dataclass(frozen=True)
+class TrackAudio:
+    """Input from a WebRTC call's media track: 24 kHz pcm16, decoded by the transport
+    (the session's input format is the wire's, and a track has its own codec)."""
+
+    pcm: npt.NDArray[np.int16]
+    received_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Playback:
+    """A WebRTC call's playout, which the transport paces: the first audio of a
+    response played (`started`), all of it played (`stopped`), or the rest dropped
+    (`cleared`, with what of `item_id` was played, to truncate the item to)."""
+
+    # `dropped`: cleared on the client's `output_audio_buffer.clear`, whose
+    # `output_audio_buffer.cleared` the responder sent already.
+    kind: Literal["started", "stopped", "cleared", "dropped"]
+    response_id: str
+    item_id: str | None = None
+    played_ms: int = 0
+
+
+@dataclass(frozen=True)
 class Reject:
     """A client frame that did not parse, reported in wire order."""
 
@@ -180,18 +209,25 @@ class _End:
 
 Message = (
     protocol.ClientEvent
+    | TrackAudio
     | Reject
     | PreparationFinished
     | ResponseFinished
     | TranscriptionFinished
     | EndOfTurnScored
     | SnippetHeard
+    | Playback
     | _Close
     | _Drain
     | _End
 )
 InternalMessage = (
-    PreparationFinished | ResponseFinished | TranscriptionFinished | EndOfTurnScored | SnippetHeard
+    PreparationFinished
+    | ResponseFinished
+    | TranscriptionFinished
+    | EndOfTurnScored
+    | SnippetHeard
+    | Playback
 )
 
 # semantic_vad without an end-of-turn model is told once per process.
@@ -206,7 +242,7 @@ class Session:
         *,
         model: str,
         limits: EngineLimits | None = None,
-        preset: protocol.SessionIn | None = None,
+        preset: protocol.SessionIn | tuple[protocol.SessionIn, ...] | None = None,
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
         snippets: SnippetRecognizer | None = None,
@@ -225,6 +261,7 @@ class Session:
         self._snippet_requests = 0
         self._snippet_task: asyncio.Task[None] | None = None
         self._playback_end_ms: int | None = None  # the last answer's audio, at the client
+        self._track_overflow_told = False  # a track's audio past the buffer's bound
         # The one end-of-turn scoring in flight: (request number, pause id, task). A
         # result is used only if it answers this request: a cancelled one may have
         # posted already, and pause ids restart with a new detector.
@@ -237,7 +274,10 @@ class Session:
         # `preset`: a configuration fixed before the client connected (an ephemeral
         # key's session); validated when it was made, so it applies cleanly here.
         config = SessionConfig(model=model)
-        self.config = apply_update(config, preset, audio_started=False) if preset else config
+        # A WebRTC call may bring its own on top of its key's, applied in that order.
+        for each in preset if isinstance(preset, tuple) else (preset,) if preset else ():
+            config = apply_update(config, each, audio_started=False)
+        self.config = config
         self.observer = observer  # None: nothing is reported, at no cost
         self.outbox = Outbox(
             self.limits.outbox_limit,
@@ -305,6 +345,15 @@ class Session:
         self._mailbox.put_nowait(
             Reject(event) if isinstance(event, protocol.ProtocolError) else event
         )
+
+    async def feed(self, pcm: npt.NDArray[np.int16], received_at: float | None = None) -> None:
+        """Queue audio from a media track (24 kHz pcm16); waits as `submit` does."""
+        await self._slots.acquire()
+        self._mailbox.put_nowait(TrackAudio(pcm, received_at))
+
+    def playback(self, played: Playback) -> None:
+        """The transport's playout moved on (WebRTC: the server plays the audio)."""
+        self._post(played)
 
     def _post(self, message: Message) -> None:
         self._mailbox.put_nowait(message)
@@ -403,6 +452,8 @@ class Session:
         match m:
             case protocol.InputAudioBufferAppend():
                 await self._on_append(m)
+            case TrackAudio():
+                await self._on_track_audio(m)
             case protocol.InputAudioBufferCommit():
                 self._on_commit(m)
             case protocol.InputAudioBufferClear():
@@ -437,6 +488,8 @@ class Session:
                 await self._on_end_of_turn_scored(m)
             case SnippetHeard():
                 await self._on_snippet_heard(m)
+            case Playback():
+                await self._on_playback(m)
 
     def _error(self, exc: protocol.ProtocolError) -> None:
         self.emit.control(
@@ -486,8 +539,31 @@ class Session:
             raise protocol.ProtocolError(
                 "invalid_value", f"Invalid value for 'audio': {exc}", "audio", event.event_id
             ) from None
+        await self._take_audio(pcm, event.received_at)
+
+    async def _on_track_audio(self, audio: TrackAudio) -> None:
+        if self.detector is None:
+            # Without turn detection a track fills the buffer until the client commits
+            # or clears it; past the bound its audio is dropped, and said so once.
+            room = self.buffer.ms_to_pos(self.limits.max_buffer_ms) - len(self.buffer)
+            if room < len(audio.pcm):
+                if not self._track_overflow_told:
+                    self._track_overflow_told = True
+                    self._error(
+                        protocol.ProtocolError(
+                            "input_audio_buffer_full",
+                            f"The input audio buffer holds at most {self.limits.max_buffer_ms}"
+                            " ms; commit or clear it. Track audio is dropped until then.",
+                        )
+                    )
+                return
+            self._track_overflow_told = False
+        await self._take_audio(audio.pcm, audio.received_at)
+
+    async def _take_audio(self, pcm: npt.NDArray[np.int16], received_at: float | None) -> None:
+        """Decoded input, 24 kHz: echo and noise, the buffer, VAD and turns."""
         if self.echo is not None:  # before the suppressor: it needs the echo linear
-            pcm = self.echo.process(pcm, event.received_at)
+            pcm = self.echo.process(pcm, received_at)
         if self.denoiser is not None:
             pcm = self.denoiser.process(pcm)
         self.buffer.append(pcm)
@@ -497,7 +573,7 @@ class Session:
             return
         frames = await self.vad.score(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         for turn_event in detector.feed(frames):
-            await self._on_turn_event(turn_event, event.received_at)
+            await self._on_turn_event(turn_event, received_at)
         self._drop_stale_score()
         self._speculate()
         if self._held is not None:
@@ -519,7 +595,7 @@ class Session:
             # A turn longer than the buffer holds (noise the VAD calls speech): end it.
             stop = detector.force_stop(self.buffer.pos_to_ms(self.buffer.end))
             if stop is not None:
-                await self._on_turn_event(stop, event.received_at)
+                await self._on_turn_event(stop, received_at)
 
     async def _on_turn_event(self, event: TurnEvent, frame_received: float | None) -> None:
         """A turn detection event found while handling an append whose frame reached
@@ -577,6 +653,32 @@ class Session:
             self.observer.speech_stopped(
                 self.session_id, item_id, event.audio_end_ms, frame_received
             )
+
+    # --- playout by the transport (WebRTC) ---------------------------------------------
+
+    async def _on_playback(self, played: Playback) -> None:
+        """Tell the client what the server's playout did; when it dropped the rest of
+        an item's audio, the item keeps only what was played (as OpenAI truncates an
+        interrupted answer over WebRTC by itself)."""
+        kinds = {
+            "started": OutputAudioBufferStarted,
+            "stopped": OutputAudioBufferStopped,
+            "cleared": OutputAudioBufferCleared,
+        }
+        if played.kind in kinds:
+            self.emit.control(kinds[played.kind], response_id=played.response_id)
+        if played.item_id is None:
+            return
+        truncate = protocol.ConversationItemTruncate(
+            type="conversation.item.truncate",
+            item_id=played.item_id,
+            content_index=0,
+            audio_end_ms=played.played_ms,
+        )
+        try:
+            await self.items.truncate(truncate)
+        except protocol.ProtocolError as exc:  # the client deleted it meanwhile
+            log.debug("session %s: no truncation after playout: %s", self.session_id, exc)
 
     # --- qualified interruption (engine/interruption.py) ------------------------------
 

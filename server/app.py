@@ -35,6 +35,7 @@ from server.auth import (
     parse_client_secret_request,
     presented_key,
 )
+from server.calls import CallsEndpoint
 from server.config import Settings
 from server.ephemeral_keys import new_key_secret
 from server.logs import LogObserver, install_redaction
@@ -243,6 +244,22 @@ def create_app(
         return Response(minted, media_type="application/json")
 
     app.add_api_websocket_route("/v1/realtime", endpoint.handle)
+
+    # WebRTC (server/calls.py): the offer/answer, and hang-up by the client or by the
+    # application's server; `/v1/realtime?call_id=` above attaches to a call.
+    calls = CallsEndpoint(endpoint)
+
+    @app.post("/v1/realtime/calls", status_code=201)
+    async def create_call(request: Request) -> Response:
+        return await calls.create(request)
+
+    @app.delete("/v1/realtime/calls/{call_id}")
+    async def delete_call(call_id: str, request: Request) -> Response:
+        return calls.hang_up(call_id, request, api_key_only=False)
+
+    @app.post("/v1/realtime/calls/{call_id}/hangup")
+    async def hangup_call(call_id: str, request: Request) -> Response:
+        return calls.hang_up(call_id, request, api_key_only=True)
 
     # The page holds no secret: it asks for an ephemeral key with the key its user
     # types in (only needed when the server has keys).

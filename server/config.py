@@ -109,13 +109,20 @@ class Settings(BaseSettings):
     # socket for this long means the client stopped reading: its connection is
     # aborted, not closed politely, so it holds no memory and delays no shutdown.
     write_timeout_s: float = Field(default=10.0, gt=0)
+    # WebRTC calls (POST /v1/realtime/calls): the ICE servers the server gathers
+    # candidates with (PARLEY_ICE_SERVERS=stun:host:3478,turn:host:3478; none: host
+    # candidates only, which is what a LAN or a host-networked container needs, and
+    # never a third party's STUN server), and the TURN credentials.
+    ice_servers: Annotated[list[str], NoDecode] = []
+    ice_username: str | None = None
+    ice_credential: SecretStr | None = None
 
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("api_keys", "backend_url", mode="before")
+    @field_validator("api_keys", "backend_url", "ice_servers", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):

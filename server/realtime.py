@@ -33,6 +33,7 @@ from engine.protocol import (
     ClientEvent,
     InputAudioBufferAppend,
     ProtocolError,
+    SessionIn,
     parse_client_event,
     to_beta_text,
     wants_beta,
@@ -43,6 +44,7 @@ from models.base import Executor
 from server.auth import ApiError, KeyStore, presented_key
 from server.config import Settings
 from server.logs import session_var
+from server.webrtc import Call, submit_text
 from server.ws_protocol import abort_connection
 
 log = logging.getLogger(__name__)
@@ -131,6 +133,8 @@ class RealtimeEndpoint:
         self.drained.set()
         self.draining = False
         self._connections: set[_Connection] = set()
+        # WebRTC calls by id (server/calls.py): sessions too, drained alike.
+        self.calls: dict[str, Call] = {}
 
     async def drain(self, cut: asyncio.Event | None = None) -> None:
         """Graceful shutdown: refuse new sessions, let every session finish what it is
@@ -141,26 +145,35 @@ class RealtimeEndpoint:
         self.draining = True
         timeout_s = self.settings.drain_timeout_s
         log.info("draining %d session(s), for up to %.1f s", self.sessions, timeout_s)
-        for connection in self._connections:
-            if connection.session is not None:
-                connection.session.drain()
+        for session in self._open_sessions():
+            session.drain()
         if not await _wait_for(self.drained, timeout_s, cut):
-            log.warning("drain deadline: ending %d session(s)", len(self._connections))
-            for connection in self._connections:
-                if connection.session is not None:
-                    connection.session.end()
+            log.warning("drain deadline: ending %d session(s)", self.sessions)
+            for session in self._open_sessions():
+                session.end()
             if not await _wait_for(self.drained, END_GRACE_S):
                 for connection in self._connections:
                     abort_connection(connection.ws)
+                for call in list(self.calls.values()):
+                    call.hang_up(SHUTDOWN_REASON)
                 # Aborted readers end at once, and a session's shutdown takes at most
                 # 2 s (_run); uvicorn's shutdown cancels whatever still runs after it.
                 await _wait_for(self.drained, END_GRACE_S)
 
-    async def handle(self, ws: WebSocket, model: str | None = None) -> None:
+    def _open_sessions(self) -> list[Session]:
+        sessions = [c.session for c in self._connections if c.session is not None]
+        return sessions + [call.session for call in self.calls.values()]
+
+    async def handle(
+        self, ws: WebSocket, model: str | None = None, call_id: str | None = None
+    ) -> None:
         if self.draining:
             await _deny(
                 ws, ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
             )
+            return
+        if call_id is not None:
+            await self._sideband(ws, call_id)
             return
         offered = ws.scope.get("subprotocols") or []
         try:
@@ -171,39 +184,25 @@ class RealtimeEndpoint:
         subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
         # A beta client (`OpenAI-Beta: realtime=v1`) is answered in beta names.
         beta = wants_beta(ws.headers.get(BETA_HEADER), offered)
-        limit = self.settings.max_sessions
-        if limit is not None and self.sessions >= limit:
+        if self.at_capacity():
             # Accepted first so the client gets a close code it can act on.
             await ws.accept(subprotocol=subprotocol)
-            reason = f"At capacity ({limit} sessions); try again later."
+            reason = f"At capacity ({self.settings.max_sessions} sessions); try again later."
             await self._close(ws, Ending(CLOSE_TRY_AGAIN, reason))
             self._closed(None, CLOSE_TRY_AGAIN)
             return
         # From the check to here nothing awaits, so concurrent handshakes cannot both
         # take the last slot. (An ephemeral key is not used up: it opens sessions until
         # it expires, server/ephemeral_keys.py.)
-        self.sessions += 1
-        self.drained.clear()
+        self.admit()
         # Tracked until its connection is closed, so that the drain can abort it.
         connection = _Connection(ws)
         self._connections.add(connection)
         try:
             await ws.accept(subprotocol=subprotocol)
-            connection.session = session = Session(
-                self.executor,
-                self.vad,
-                model=ephemeral.model if ephemeral else model or self.settings.model,
-                limits=EngineLimits(
-                    max_buffer_ms=self.settings.max_buffer_ms,
-                    max_out_of_band_responses=self.settings.max_out_of_band_responses,
-                    max_history_audio_ms=self.settings.max_history_audio_ms,
-                    max_history_items=self.settings.max_history_items,
-                    max_history_text_chars=self.settings.max_history_text_chars,
-                ),
-                preset=ephemeral.preset if ephemeral else None,
-                observer=self.observer,
-                end_of_turn=self.end_of_turn,
-                snippets=self.snippets,
+            connection.session = session = self.new_session(
+                ephemeral.model if ephemeral else model or self.settings.model,
+                ephemeral.preset if ephemeral else None,
             )
             # Every log line of this connection's tasks names its session (server/logs.py).
             session_var.set(session.session_id)
@@ -211,11 +210,94 @@ class RealtimeEndpoint:
             await self._close(ws, ending)
         finally:
             self._connections.discard(connection)
-            self.sessions -= 1
-            if not self.sessions:
-                self.drained.set()
+            self.release()
         # An aborted connection ends without a close frame: 1006 as the client sees it.
         self._closed(session.session_id, CLOSE_ABNORMAL if ending.abort else ending.code)
+
+    def at_capacity(self) -> bool:
+        limit = self.settings.max_sessions
+        return limit is not None and self.sessions >= limit
+
+    def admit(self) -> None:
+        """A session opens (WebSocket or call); `release` when it ends."""
+        self.sessions += 1
+        self.drained.clear()
+
+    def release(self) -> None:
+        self.sessions -= 1
+        if not self.sessions:
+            self.drained.set()
+
+    def new_session(
+        self, model: str, preset: SessionIn | tuple[SessionIn, ...] | None = None
+    ) -> Session:
+        return Session(
+            self.executor,
+            self.vad,
+            model=model,
+            limits=EngineLimits(
+                max_buffer_ms=self.settings.max_buffer_ms,
+                max_out_of_band_responses=self.settings.max_out_of_band_responses,
+                max_history_audio_ms=self.settings.max_history_audio_ms,
+                max_history_items=self.settings.max_history_items,
+                max_history_text_chars=self.settings.max_history_text_chars,
+            ),
+            preset=preset,
+            observer=self.observer,
+            end_of_turn=self.end_of_turn,
+            snippets=self.snippets,
+        )
+
+    async def _sideband(self, ws: WebSocket, call_id: str) -> None:
+        """The application's server attached to a WebRTC call's session: it gets the
+        call's events and may send client events. A real API key only: an ephemeral
+        key belongs to the browser, which must not steer the call from aside."""
+        try:
+            self.keys.authenticate(presented_key(ws.headers), websocket=False)
+            call = self.calls.get(call_id)
+            if call is None:
+                raise ApiError(404, "call_not_found", f"No call '{call_id}' is in progress.")
+        except ApiError as refusal:
+            await _deny(ws, refusal)
+            return
+        offered = ws.scope.get("subprotocols") or []
+        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        sideband = call.attach()
+        session_var.set(call.session.session_id)
+        log.info("call %s: sideband attached", call_id)
+
+        async def write() -> None:
+            while (text := await sideband.queue.get()) is not None:
+                async with asyncio.timeout(self.settings.write_timeout_s):
+                    await ws.send_text(text)
+
+        writer = asyncio.create_task(write(), name="sideband-writer")
+        reader = asyncio.create_task(self._read_sideband(ws, call), name="sideband-reader")
+        try:
+            done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if writer in done:  # the call ended (or this socket stopped reading)
+                failed = not writer.cancelled() and writer.exception() is not None
+                await self._close(
+                    ws, Ending(abort=True) if failed else Ending(CLOSE_NORMAL, "Call ended.")
+                )
+        finally:
+            call.detach(sideband)
+            reader.cancel()
+            writer.cancel()
+
+    async def _read_sideband(self, ws: WebSocket, call: Call) -> None:
+        limit = self.settings.max_message_bytes
+        with contextlib.suppress(WebSocketDisconnect):
+            while True:
+                message = await ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                text = message.get("text")
+                if text is None:
+                    error = ProtocolError("invalid_json", "Binary frames are not accepted.")
+                    await call.session.submit(error)
+                    continue
+                await submit_text(call.session, text, limit, on_call=True)
 
     def _closed(self, session_id: str | None, code: int) -> None:
         if self.observer is not None:

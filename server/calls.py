@@ -1,0 +1,207 @@
+"""WebRTC signalling as OpenAI's GA API has it.
+
+POST /v1/realtime/calls[?model=]   the SDP offer -> 201, the SDP answer, and
+                                   `Location: /v1/realtime/calls/{call_id}`
+DELETE /v1/realtime/calls/{id}     the client hangs up (its key: API or ephemeral)
+POST /v1/realtime/calls/{id}/hangup  the application's server hangs up (API key)
+
+The offer comes as `application/sdp` (the browser guide, `@openai/agents-realtime`),
+as `multipart/form-data` with `sdp` and a `session` JSON part (openai-node), or as
+JSON `{"sdp": ..., "session": {...}}` (openai-python). `session` is the object
+`/v1/realtime/client_secrets` takes, applied over the ephemeral key's own. Every
+refusal (key, body, capacity, drain) is an HTTP error before any media flows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from engine.protocol import (
+    ProtocolError,
+    SessionIn,
+    loads_json,
+    normalize_session,
+    validation_error,
+)
+from engine.session_config import SessionConfig, apply_update
+from server.auth import MAX_BODY_BYTES, ApiError, ClientSecretRequest, presented_key
+from server.logs import session_var
+from server.realtime import SHUTDOWN_REASON, RealtimeEndpoint
+from server.webrtc import Call, CallError
+
+log = logging.getLogger(__name__)
+
+CALLS_PATH = "/v1/realtime/calls"
+
+
+@dataclass(frozen=True)
+class Offer:
+    sdp: str
+    session: SessionIn | None = None
+
+
+def _session_of(raw: object) -> SessionIn | None:
+    """The `session` part, checked as `client_secrets` checks its own."""
+    if raw is None:
+        return None
+    try:
+        request = ClientSecretRequest.model_validate({"session": raw})
+    except ValidationError as exc:
+        raise _bad_request(validation_error(exc, None)) from None
+    if request.session is None:
+        return None
+    try:
+        return normalize_session(request.session)
+    except ProtocolError as exc:
+        raise _bad_request(exc) from None
+
+
+def _json(text: str | bytes, what: str) -> object:
+    try:
+        return loads_json(text)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid_json", f"The {what} is not valid JSON.") from None
+
+
+def offer_of(content_type: str, body: bytes, form: dict[str, str] | None = None) -> Offer:
+    """The offer in any of the three shapes (`form`: a multipart body's fields)."""
+    kind = content_type.split(";")[0].strip().lower()
+    if kind == "multipart/form-data":
+        assert form is not None
+        sdp = form.get("sdp")
+        raw = form.get("session")
+        session = _session_of(_json(raw, "'session' part")) if raw else None
+    elif kind == "application/json":
+        parsed = _json(body, "request body")
+        if not isinstance(parsed, dict):
+            raise ApiError(400, "invalid_json", "The request body must be a JSON object.")
+        sdp = parsed.get("sdp")
+        session = _session_of(parsed.get("session"))
+    elif kind in ("application/sdp", "text/plain", ""):
+        sdp, session = body.decode("utf-8", errors="replace"), None
+    else:
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            "Send the SDP offer as application/sdp, multipart/form-data or application/json.",
+        )
+    if not isinstance(sdp, str) or not sdp.lstrip().startswith("v=0"):
+        raise ApiError(400, "invalid_sdp", "The request holds no SDP offer.", "sdp")
+    return Offer(sdp, session)
+
+
+async def _read_offer(request: Request) -> Offer:
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() == "multipart/form-data":
+        try:
+            async with request.form(max_files=2, max_fields=4, max_part_size=MAX_BODY_BYTES) as f:
+                fields = {}
+                for name in ("sdp", "session"):
+                    value = f.get(name)
+                    if isinstance(value, UploadFile):
+                        value = (await value.read(MAX_BODY_BYTES)).decode(errors="replace")
+                    if value is not None:
+                        fields[name] = value
+        except ApiError:
+            raise
+        except Exception as exc:  # a malformed or oversize multipart body
+            raise ApiError(
+                400, "invalid_request_error", f"The form cannot be read: {exc}"
+            ) from None
+        return offer_of(content_type, b"", fields)
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, "request_too_large", "The request body is too large.")
+    return offer_of(content_type, body)
+
+
+def _bad_request(exc: ProtocolError) -> ApiError:
+    return ApiError(400, exc.code, exc.message, exc.param, exc.type)
+
+
+class CallsEndpoint:
+    """Opens calls into the realtime endpoint's sessions, and hangs them up."""
+
+    def __init__(self, endpoint: RealtimeEndpoint) -> None:
+        self.endpoint = endpoint
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def create(self, request: Request) -> Response:
+        endpoint = self.endpoint
+        if endpoint.draining:
+            raise ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
+        ephemeral = endpoint.keys.authenticate(presented_key(request.headers), websocket=True)
+        offer = await _read_offer(request)
+        model = ephemeral.model if ephemeral else request.query_params.get("model")
+        model = model or endpoint.settings.model
+        presets = tuple(p for p in (ephemeral.preset if ephemeral else None, offer.session) if p)
+        try:  # as the session will apply them: a bad one is a 400 now, not an error later
+            config = SessionConfig(model=model)
+            for preset in presets:
+                config = apply_update(config, preset, audio_started=False)
+        except ProtocolError as exc:
+            raise _bad_request(exc) from None
+        if endpoint.at_capacity():
+            limit = endpoint.settings.max_sessions
+            raise ApiError(
+                503,
+                "at_capacity",
+                f"At capacity ({limit} sessions); try again later.",
+                type="server_error",
+            )
+        endpoint.admit()
+        call_id = "rtc_" + secrets.token_hex(12)
+        try:
+            session = endpoint.new_session(model, presets)
+            call = Call(call_id, session, endpoint.settings)
+            try:
+                answer = await call.answer(offer.sdp)
+            except CallError as exc:
+                await call.pc.close()
+                raise ApiError(400, "invalid_sdp", str(exc), "sdp") from None
+        except BaseException:
+            endpoint.release()
+            raise
+        endpoint.calls[call_id] = call
+        task = asyncio.create_task(self._serve(call), name=f"call:{call_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        log.info("call %s: answered (session %s)", call_id, session.session_id)
+        return Response(
+            answer,
+            201,
+            media_type="application/sdp",
+            headers={"Location": f"{CALLS_PATH}/{call_id}"},
+        )
+
+    async def _serve(self, call: Call) -> None:
+        session_var.set(call.session.session_id)
+        try:
+            reason = await call.run()
+            log.info("call %s: ended (%s)", call.call_id, reason)
+        finally:
+            self.endpoint.calls.pop(call.call_id, None)
+            self.endpoint.release()
+            if self.endpoint.observer is not None:
+                self.endpoint.observer.connection_closed(call.session.session_id, 1000)
+
+    def hang_up(self, call_id: str, request: Request, *, api_key_only: bool) -> Response:
+        # The application's server hangs up with its API key; the client may with its
+        # own (ephemeral) key too, as it may by closing the peer connection.
+        keys = self.endpoint.keys
+        keys.authenticate(presented_key(request.headers), websocket=not api_key_only)
+        call = self.endpoint.calls.get(call_id)
+        if call is None:
+            raise ApiError(404, "call_not_found", f"No call '{call_id}' is in progress.")
+        call.hang_up("hung up by request")
+        return Response(status_code=200)

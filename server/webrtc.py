@@ -1,0 +1,325 @@
+"""A WebRTC call: one aiortc peer connection around one session.
+
+track in:  Opus 48 kHz -> 24 kHz mono pcm16 -> `Session.feed` (server VAD makes turns)
+events:    the `oai-events` data channel, JSON both ways, the WebSocket's protocol
+           (no `input_audio_buffer.append`: audio comes from the track)
+track out: the session's audio deltas are played by `PlayoutTrack` in real time, not
+           sent as events; the playout reports started/stopped/cleared and, when it
+           cuts an answer, what was played (the session truncates the item to it)
+sideband:  server-side WebSockets (`/v1/realtime?call_id=`) attached to the call get
+           its events and may send client events (server/realtime.py)
+
+The call ends on hang-up (DELETE, `/hangup`), when the peer connection fails or
+closes, when the session ends (drain), or when the peer never connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.rtcdatachannel import RTCDataChannel
+from av import AudioFrame, AudioResampler
+
+from engine.emitter import OutEvent
+from engine.protocol import InputAudioBufferAppend, ProtocolError, parse_client_event
+from engine.session import Session
+from models.base import PCM_RATE
+from server.config import Settings
+from server.playout import PlayoutQueue, PlayoutTrack
+
+log = logging.getLogger(__name__)
+
+EVENTS_CHANNEL = "oai-events"
+# A peer that has not connected this long after the answer never will.
+CONNECT_TIMEOUT_S = 30.0
+# Data channel messages waiting for the session: past this the client is flooding.
+MAX_PENDING_MESSAGES = 1024
+# Events queued on the data channel (bytes) before the writer waits for the peer.
+CHANNEL_HIGH_WATER = 1 << 20
+# Events queued for one sideband WebSocket; past this it is not reading and is dropped.
+SIDEBAND_QUEUE = 1024
+AUDIO_DELTA = "response.output_audio.delta"
+
+
+class CallError(Exception):
+    """The offer cannot be answered (no audio, bad SDP): HTTP 400."""
+
+
+class CallEnded(Exception):
+    """The peer stopped reading or flooded: the call is over."""
+
+
+def ice_configuration(settings: Settings) -> RTCConfiguration:
+    """The configured ICE servers; none means host candidates only (aiortc would
+    otherwise ask Google's STUN server, a network call nobody configured)."""
+    servers = [
+        RTCIceServer(
+            urls=url,
+            username=settings.ice_username if url.startswith("turn") else None,
+            credential=(
+                settings.ice_credential.get_secret_value()
+                if settings.ice_credential is not None and url.startswith("turn")
+                else None
+            ),
+        )
+        for url in settings.ice_servers
+    ]
+    return RTCConfiguration(iceServers=servers)
+
+
+@dataclasses.dataclass(eq=False)
+class Sideband:
+    """A server-side WebSocket attached to a call: the call's events, in order."""
+
+    queue: asyncio.Queue[str | None] = dataclasses.field(
+        default_factory=lambda: asyncio.Queue(SIDEBAND_QUEUE)
+    )
+
+
+class Call:
+    def __init__(self, call_id: str, session: Session, settings: Settings) -> None:
+        self.call_id = call_id
+        self.session = session
+        self.settings = settings
+        self.pc = RTCPeerConnection(ice_configuration(settings))
+        self.playout = PlayoutQueue(session.playback)
+        self.track = PlayoutTrack(self.playout)
+        self.channel: RTCDataChannel | None = None
+        self.sidebands: set[Sideband] = set()
+        self.ended = asyncio.Event()  # hang-up, or the peer connection failed or closed
+        self.end_reason = ""
+        self._channel_open = asyncio.Event()
+        self._wants_channel = False
+        self._messages: asyncio.Queue[str] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.pc.on("datachannel", self._on_channel)
+        self.pc.on("track", self._on_track)
+        self.pc.on("connectionstatechange", self._on_state)
+
+    # --- signalling -------------------------------------------------------------------
+
+    async def answer(self, offer_sdp: str) -> str:
+        """The SDP answer to the client's offer (ICE candidates gathered in it)."""
+        try:
+            await self.pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
+        except Exception as exc:  # aiortc raises ValueError and friends for bad SDP
+            raise CallError(f"The SDP offer cannot be used: {exc}") from None
+        kinds = [t.kind for t in self.pc.getTransceivers()]
+        if "audio" not in kinds:
+            raise CallError("The SDP offer has no audio media section.")
+        self._wants_channel = self.pc.sctp is not None
+        self.pc.addTrack(self.track)
+        await self.pc.setLocalDescription(await self.pc.createAnswer())
+        return self.pc.localDescription.sdp
+
+    def hang_up(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.end_reason = reason
+            self.ended.set()
+
+    def _on_state(self) -> None:
+        state = self.pc.connectionState
+        log.debug("call %s: connection %s", self.call_id, state)
+        if state in ("failed", "closed"):
+            self.hang_up(f"peer connection {state}")
+
+    # --- media in -----------------------------------------------------------------------
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio":
+            self._spawn(self._read_track(track), "track-in")
+
+    async def _read_track(self, track: MediaStreamTrack) -> None:
+        # Opus decodes to 48 kHz stereo; the session takes 24 kHz mono.
+        resampler = AudioResampler(format="s16", layout="mono", rate=PCM_RATE)
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            received = time.monotonic()
+            if not isinstance(frame, AudioFrame):
+                continue
+            for out in resampler.resample(frame):
+                pcm = out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
+                await self.session.feed(pcm.copy(), received)
+
+    # --- events in ------------------------------------------------------------------
+
+    def _on_channel(self, channel: RTCDataChannel) -> None:
+        if channel.label != EVENTS_CHANNEL or self.channel is not None:
+            log.info("call %s: ignoring data channel %r", self.call_id, channel.label)
+            return
+        self.channel = channel
+        channel.on("message", self._on_message)
+        channel.on("close", lambda: self.hang_up("data channel closed"))
+        if channel.readyState == "open":
+            self._channel_open.set()
+        channel.on("open", self._channel_open.set)
+
+    def _on_message(self, message: str | bytes) -> None:
+        if self._messages.qsize() >= MAX_PENDING_MESSAGES:
+            self.hang_up("the client floods the data channel")
+            return
+        if isinstance(message, bytes):
+            message = message.decode("utf-8", errors="replace")
+        self._messages.put_nowait(message)
+
+    async def _read_events(self) -> None:
+        limit = self.settings.max_message_bytes
+        while True:
+            text = await self._messages.get()
+            await submit_text(self.session, text, limit, on_call=True)
+
+    # --- events and audio out ---------------------------------------------------------
+
+    async def _write(self) -> None:
+        """The session's outbox: audio to the playout, events to the data channel and
+        every sideband; what passes drives the playout (barge-in clears it)."""
+        while True:
+            event = await self.session.outbox.get()
+            if event is None:
+                return
+            if event.type == AUDIO_DELTA:
+                if event.pcm is not None and event.response_id is not None:
+                    self.playout.push(event.response_id, event.item_id, event.pcm)
+                continue
+            self._steer_playout(event)
+            for sideband in list(self.sidebands):
+                try:
+                    sideband.queue.put_nowait(event.text)
+                except asyncio.QueueFull:
+                    log.info("call %s: a sideband is not reading; detached", self.call_id)
+                    self.detach(sideband)
+            if self._wants_channel:
+                await self._send(event.text)
+
+    def _steer_playout(self, event: OutEvent) -> None:
+        if event.type == "input_audio_buffer.speech_started":
+            params = self.session.config.turn_detection
+            if params is not None and params.interrupt_response:
+                self.playout.clear()  # barge-in: silent at once, the item truncated
+        elif event.type == "output_audio_buffer.cleared":
+            self.playout.clear(announce=False)  # the client's clear; its event is this
+        elif event.type == "response.done":
+            response_id = json.loads(event.text)["response"]["id"]
+            self.playout.finish(response_id)
+
+    async def _send(self, text: str) -> None:
+        deadline = self.settings.write_timeout_s
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await self._channel_open.wait()
+        except TimeoutError:
+            raise CallEnded("the data channel never opened") from None
+        channel = self.channel
+        assert channel is not None
+        if channel.readyState != "open":
+            raise CallEnded("the data channel closed")
+        if channel.bufferedAmount > CHANNEL_HIGH_WATER:
+            low = asyncio.Event()
+            channel.bufferedAmountLowThreshold = CHANNEL_HIGH_WATER // 2
+            channel.once("bufferedamountlow", low.set)
+            try:
+                async with asyncio.timeout(deadline):
+                    await low.wait()
+            except TimeoutError:
+                raise CallEnded(f"the client read no event for {deadline:g} s") from None
+        channel.send(text)
+
+    # --- sidebands --------------------------------------------------------------------
+
+    def attach(self) -> Sideband:
+        sideband = Sideband()
+        self.sidebands.add(sideband)
+        return sideband
+
+    def detach(self, sideband: Sideband) -> None:
+        if sideband in self.sidebands:
+            self.sidebands.discard(sideband)
+            with contextlib.suppress(asyncio.QueueFull):
+                sideband.queue.put_nowait(None)
+
+    # --- the call's life ------------------------------------------------------------
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coroutine, name=f"{name}:{self.call_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def run(self, on_started: Callable[[], None] | None = None) -> str:
+        """Serve the call until it ends; why it ended."""
+        runner = asyncio.create_task(self.session.run(), name=f"session:{self.call_id}")
+        writer = asyncio.create_task(self._write(), name=f"call-writer:{self.call_id}")
+        reader = asyncio.create_task(self._read_events(), name=f"call-reader:{self.call_id}")
+        ended = asyncio.create_task(self.ended.wait())
+        connected = asyncio.create_task(self._connected_in_time())
+        if on_started is not None:
+            on_started()
+        tasks = {runner, writer, reader, ended, connected}
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.cancelled() or task.exception() is None:
+                    continue
+                error = task.exception()
+                if isinstance(error, CallEnded):
+                    self.hang_up(str(error))
+                else:
+                    log.error("call %s: %s failed", self.call_id, task.get_name(), exc_info=error)
+                    self.hang_up("internal error")
+            if runner in done and not self.end_reason:
+                self.end_reason = "the session ended"
+            if runner in done and writer not in done:
+                # The session's last events are in its outbox, which it closed.
+                with contextlib.suppress(asyncio.TimeoutError, Exception):
+                    await asyncio.wait_for(asyncio.shield(writer), self.settings.write_timeout_s)
+            return self.end_reason or "hung up"
+        finally:
+            self.session.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(runner), timeout=2.0)
+            for task in (*tasks, *self._tasks):
+                task.cancel()
+            for sideband in list(self.sidebands):
+                self.detach(sideband)
+            self.track.stop()
+            await self.pc.close()
+
+    async def _connected_in_time(self) -> None:
+        await asyncio.sleep(CONNECT_TIMEOUT_S)
+        if self.pc.connectionState != "connected":
+            raise CallEnded(f"the peer did not connect within {CONNECT_TIMEOUT_S:g} s")
+        await asyncio.Event().wait()  # connected: this task has nothing more to do
+
+
+async def submit_text(session: Session, text: str, limit: int, *, on_call: bool) -> None:
+    """Parse one client event and hand it (or its error) to the session. On a call,
+    audio comes from the track, never as `input_audio_buffer.append`."""
+    try:
+        event = parse_client_event(text, limit)
+    except ProtocolError as exc:
+        await session.submit(exc)
+        return
+    if on_call and isinstance(event, InputAudioBufferAppend):
+        await session.submit(
+            ProtocolError(
+                "invalid_request_error",
+                "input_audio_buffer.append is not accepted on a WebRTC call: the "
+                "audio comes from the call's media track.",
+                "type",
+                event.event_id,
+            )
+        )
+        return
+    await session.submit(event)

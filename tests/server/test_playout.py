@@ -1,0 +1,68 @@
+"""The playout ledger of a WebRTC call (server/playout.py), frame by frame."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.session import Playback
+from server.playout import FRAME, PlayoutQueue
+
+
+def tone(frames: int) -> np.ndarray:
+    return np.full(frames * FRAME, 1000, np.int16)
+
+
+def queue() -> tuple[PlayoutQueue, list[Playback]]:
+    reports: list[Playback] = []
+    return PlayoutQueue(reports.append), reports
+
+
+def test_started_at_the_first_frame_and_stopped_once_done_and_played() -> None:
+    q, reports = queue()
+    assert not q.next_frame().any() and reports == []  # silence before any audio
+    q.push("resp_1", "item_1", tone(3))
+    assert q.next_frame().all() and reports == [Playback("started", "resp_1")]
+    q.next_frame()
+    q.next_frame()
+    assert q.queued_samples == 0 and reports[-1].kind == "started"  # not done yet
+    q.finish("resp_1")
+    assert reports[-1] == Playback("stopped", "resp_1")
+    assert q.played == {"item_1": 3 * FRAME}
+
+
+def test_done_before_played_stops_when_the_last_frame_is_played() -> None:
+    q, reports = queue()
+    q.push("resp_1", "item_1", tone(2))
+    q.finish("resp_1")
+    q.next_frame()
+    assert [r.kind for r in reports] == ["started"]
+    q.next_frame()
+    assert [r.kind for r in reports] == ["started", "stopped"]
+
+
+def test_clear_reports_what_was_played_of_the_item_and_drops_the_rest() -> None:
+    q, reports = queue()
+    q.push("resp_1", "item_1", tone(10))
+    for _ in range(4):
+        q.next_frame()
+    assert q.clear()
+    assert reports[-1] == Playback("cleared", "resp_1", "item_1", 4 * FRAME * 1000 // 24_000)
+    assert q.queued_samples == 0 and not q.next_frame().any()
+    assert not q.clear()  # nothing left: no second report
+    assert len(reports) == 2
+
+
+def test_a_clear_the_client_asked_for_truncates_without_a_second_event() -> None:
+    q, reports = queue()
+    q.push("resp_1", "item_1", tone(5))
+    q.next_frame()
+    q.clear(announce=False)
+    assert reports[-1] == Playback("dropped", "resp_1", "item_1", FRAME * 1000 // 24_000)
+
+
+def test_a_partial_frame_is_padded_and_counted_exactly() -> None:
+    q, _ = queue()
+    q.push("resp_1", "item_1", np.full(FRAME // 2, 7, np.int16))
+    frame = q.next_frame()
+    assert (frame[: FRAME // 2] == 7).all() and not frame[FRAME // 2 :].any()
+    assert q.played == {"item_1": FRAME // 2}
