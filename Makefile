@@ -29,8 +29,9 @@ $(VENV)/.installed-dev: pyproject.toml Makefile | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 # Debian packages the tests use: flite, the fallback voice when Piper is absent;
-# espeak-ng, the voices of the turn-taking evaluation (bench/turns/); chromium, the browser tests/browser/test_browser.py drives (they skip loudly without it,
-# and fail in CI).
+# espeak-ng, the voices of the turn-taking evaluation (bench/turns/); npm, which installs
+# the Agents SDK for JavaScript; chromium, the browser tests/browser/ drives (they skip
+# loudly without it, and fail in CI).
 system-deps:
 	@command -v flite >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq flite; \
@@ -38,6 +39,9 @@ system-deps:
 	@command -v espeak-ng >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq espeak-ng; \
 	  else echo "Install espeak-ng first: sudo apt-get install espeak-ng"; exit 1; fi; }
+	@command -v npm >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq npm; \
+	  else echo "Install npm first: sudo apt-get install npm"; exit 1; fi; }
 	@test -x /usr/bin/chromium || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else echo "WARNING: no /usr/bin/chromium, the browser tests will skip: sudo apt-get install chromium"; fi; }
@@ -46,10 +50,17 @@ system-deps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq docker-compose; \
 	  else echo "Install a Compose client first: sudo apt-get install docker-compose"; exit 1; fi; }
 
+# The OpenAI Agents SDK for JavaScript, for the browser test that runs it unchanged
+# against Parley over WebRTC (tests/browser/test_agents_js.py); pinned by its lockfile.
+NODE_DIR := tests/browser
+$(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	npm ci --prefix $(NODE_DIR) --no-audit --no-fund --loglevel=error
+	touch $@
+
 run: $(VENV)/.installed-run
 	$(BIN)/parley serve --host $(HOST) --port $(PORT)
 
-test: $(VENV)/.installed-dev system-deps
+test: $(VENV)/.installed-dev system-deps $(NODE_DIR)/node_modules/.installed
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-dev
@@ -99,6 +110,7 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 .PHONY: bench
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.voice_to_voice --transport ws
+	$(BIN)/python -m bench.voice_to_voice --transport rtc
 	$(BIN)/python -m bench.tts_first_audio
 	$(BIN)/python -m bench.turn_model
 	$(BIN)/python -m bench.vad_backends

@@ -1,14 +1,16 @@
 """Voice-to-voice latency of the embedded default executor, stage by stage.
 
 Run from the repository root:
-  .venv/bin/python -m bench.voice_to_voice [--transport ws|inproc|both] [--repeats N]
-(`make bench` runs the ws transport).
+  .venv/bin/python -m bench.voice_to_voice [--transport ws|inproc|both|rtc] [--repeats N]
+(`make bench` runs the ws and rtc transports).
 
 `--transport ws` (the default) measures at a real client: a Parley server with the
 same cascade in its own process, a WebSocket client, server_vad and semantic_vad
 (bench/voice_to_voice_ws.py); its results are the `ws` section of the JSON. What
 follows is `--transport inproc`, the rest of the JSON (each transport keeps the
-other's section of an earlier run).
+other's section of an earlier run). `--transport rtc` puts a WebRTC call and a
+WebSocket session side by side on one server (bench/voice_to_voice_rtc.py), the
+`rtc` section.
 
 One in-process Session (the server's default Silero VAD and turn detection) drives
 the real cascade built by build_cascade(CascadeOptions()): Whisper tiny.en, SmolLM2-135M
@@ -51,6 +53,7 @@ from bench.machine import cpu_seconds
 from bench.machine import machine as machine_facts
 from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
 from bench.vad_backends import speech_extent_ms
+from bench.voice_to_voice_rtc import run_rtc
 from bench.voice_to_voice_ws import fixtures_arg, run_ws
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
@@ -390,28 +393,41 @@ async def inproc_result(repeats: int, fixtures: list[str]) -> dict[str, Any]:
     }
 
 
+SECTIONS = ("ws", "rtc")  # each transport's own key; inproc's are the top level
+
+
 def merged(
-    previous: dict[str, Any], inproc: dict[str, Any] | None, ws: dict[str, Any] | None
+    previous: dict[str, Any],
+    inproc: dict[str, Any] | None,
+    ws: dict[str, Any] | None,
+    rtc: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The results file: the in-process run's keys at the top (its original shape),
-    the WebSocket run under "ws"; a transport not run keeps what `previous` had."""
-    out = dict(inproc) if inproc is not None else {k: v for k, v in previous.items() if k != "ws"}
-    if ws is not None:
-        out["ws"] = ws
-    elif "ws" in previous:
-        out["ws"] = previous["ws"]
+    the WebSocket run under "ws", the WebRTC comparison under "rtc"; a transport not
+    run keeps what `previous` had."""
+    if inproc is not None:
+        out = dict(inproc)
+    else:
+        out = {k: v for k, v in previous.items() if k not in SECTIONS}
+    for key, section in zip(SECTIONS, (ws, rtc), strict=True):
+        if section is not None:
+            out[key] = section
+        elif key in previous:
+            out[key] = previous[key]
     return out
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    inproc = ws = None
+    inproc = ws = rtc = None
     if args.transport in ("inproc", "both"):
         inproc = await inproc_result(args.repeats or REPEATS, args.fixtures)
     if args.transport in ("ws", "both"):
         ws = await ws_section(args.repeats or WS_REPEATS, args.fixtures)
+    if args.transport == "rtc":
+        rtc = await run_rtc(args.repeats or WS_REPEATS, args.fixtures)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(merged(previous, inproc, ws), indent=2) + "\n")
+    RESULTS.write_text(json.dumps(merged(previous, inproc, ws, rtc), indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
 
@@ -422,10 +438,11 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--transport",
-        choices=["ws", "inproc", "both"],
+        choices=["ws", "inproc", "both", "rtc"],
         default="ws",
         help="ws: a real client and a server in its own process, server_vad and "
-        "semantic_vad; inproc: an in-process Session, server_vad (default ws)",
+        "semantic_vad; inproc: an in-process Session, server_vad; rtc: a WebRTC call "
+        "beside a WebSocket session on one server, server_vad (default ws)",
     )
     parser.add_argument(
         "--repeats",

@@ -164,6 +164,7 @@ def create_app(
         try:
             yield
         finally:
+            await calls.close()
             if probe is not None:
                 probe.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -186,6 +187,7 @@ def create_app(
     endpoint = RealtimeEndpoint(
         settings, model_executor, vad, keys, observers, end_of_turn=end_of_turn, snippets=snippets
     )
+    calls = CallsEndpoint(endpoint)  # WebRTC calls: sessions of the same endpoint
     app.state.keys = keys
     app.state.endpoint = endpoint
     started = int(time.time())
@@ -247,8 +249,6 @@ def create_app(
 
     # WebRTC (server/calls.py): the offer/answer, and hang-up by the client or by the
     # application's server; `/v1/realtime?call_id=` above attaches to a call.
-    calls = CallsEndpoint(endpoint)
-
     @app.post("/v1/realtime/calls", status_code=201)
     async def create_call(request: Request) -> Response:
         return await calls.create(request)

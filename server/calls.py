@@ -184,6 +184,14 @@ class CallsEndpoint:
             headers={"Location": f"{CALLS_PATH}/{call_id}"},
         )
 
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """The server is stopping: hang up every call and wait (bounded) for each to
+        close its peer connection. (A drain ends them first, their answers done.)"""
+        for call in list(self.endpoint.calls.values()):
+            call.hang_up(SHUTDOWN_REASON)
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
     async def _serve(self, call: Call) -> None:
         session_var.set(call.session.session_id)
         try:

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,10 @@ CONNECT_TIMEOUT_S = 30.0
 MAX_PENDING_MESSAGES = 1024
 # Events queued on the data channel (bytes) before the writer waits for the peer.
 CHANNEL_HIGH_WATER = 1 << 20
+# A data channel message the peer takes, when its SDP says nothing (RFC 8841's default).
+DEFAULT_MAX_MESSAGE_BYTES = 65536
+# How long closing the peer connection may take when the call ends.
+CLOSE_TIMEOUT_S = 5.0
 # Events queued for one sideband WebSocket; past this it is not reading and is dropped.
 SIDEBAND_QUEUE = 1024
 AUDIO_DELTA = "response.output_audio.delta"
@@ -202,7 +206,7 @@ class Call:
                     log.info("call %s: a sideband is not reading; detached", self.call_id)
                     self.detach(sideband)
             if self._wants_channel:
-                await self._send(event.text)
+                await self._send(event)
 
     def _steer_playout(self, event: OutEvent) -> None:
         if event.type == "input_audio_buffer.speech_started":
@@ -215,7 +219,7 @@ class Call:
             response_id = json.loads(event.text)["response"]["id"]
             self.playout.finish(response_id)
 
-    async def _send(self, text: str) -> None:
+    async def _send(self, event: OutEvent) -> None:
         deadline = self.settings.write_timeout_s
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
@@ -235,7 +239,17 @@ class Call:
                     await low.wait()
             except TimeoutError:
                 raise CallEnded(f"the client read no event for {deadline:g} s") from None
+        text = fit_for_channel(event.type, event.text, self._max_message_bytes())
+        if text is None:
+            log.warning("call %s: a %s too large for the data channel", self.call_id, event.type)
+            text = too_large_error(self.session.ids.new("event"), event.type, len(event.text))
         channel.send(text)
+
+    def _max_message_bytes(self) -> int:
+        # What the peer's SDP allows (Chrome: 256 KiB); aiortc refuses larger messages.
+        sctp = self.pc.sctp
+        limit = getattr(sctp, "_remote_max_message_size", None) if sctp is not None else None
+        return int(limit) if limit else DEFAULT_MAX_MESSAGE_BYTES
 
     # --- sidebands --------------------------------------------------------------------
 
@@ -257,15 +271,13 @@ class Call:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def run(self, on_started: Callable[[], None] | None = None) -> str:
+    async def run(self) -> str:
         """Serve the call until it ends; why it ended."""
         runner = asyncio.create_task(self.session.run(), name=f"session:{self.call_id}")
         writer = asyncio.create_task(self._write(), name=f"call-writer:{self.call_id}")
         reader = asyncio.create_task(self._read_events(), name=f"call-reader:{self.call_id}")
         ended = asyncio.create_task(self.ended.wait())
         connected = asyncio.create_task(self._connected_in_time())
-        if on_started is not None:
-            on_started()
         tasks = {runner, writer, reader, ended, connected}
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -294,13 +306,41 @@ class Call:
             for sideband in list(self.sidebands):
                 self.detach(sideband)
             self.track.stop()
-            await self.pc.close()
+            # Bounded: a peer that vanished must not hold the call (or a shutdown) open.
+            closing = asyncio.create_task(self.pc.close())
+            await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT_S)
 
     async def _connected_in_time(self) -> None:
         await asyncio.sleep(CONNECT_TIMEOUT_S)
         if self.pc.connectionState != "connected":
             raise CallEnded(f"the peer did not connect within {CONNECT_TIMEOUT_S:g} s")
         await asyncio.Event().wait()  # connected: this task has nothing more to do
+
+
+def fit_for_channel(kind: str, text: str, limit: int) -> str | None:
+    """`text` as it can go on a data channel whose peer takes messages up to `limit`
+    bytes: as is; a `conversation.item.retrieved` without its audio (a call's audio
+    is on the track, and seconds of it in base64 outgrow Chrome's 256 KiB); None when
+    it does not fit even so."""
+    if len(text.encode()) <= limit:
+        return text
+    if kind == "conversation.item.retrieved":
+        event = json.loads(text)
+        for part in event.get("item", {}).get("content") or []:
+            part.pop("audio", None)
+        slim = json.dumps(event, separators=(",", ":"))
+        if len(slim.encode()) <= limit:
+            return slim
+    return None
+
+
+def too_large_error(event_id: str, kind: str, size: int) -> str:
+    """The `error` event that stands in for a server event the data channel cannot
+    carry: the client learns what it missed."""
+    message = f"A {kind} event of {size} bytes is larger than this call's data channel carries."
+    error: dict[str, str | None] = {"type": "server_error", "code": "event_too_large"}
+    error |= {"message": message, "param": None, "event_id": None}
+    return json.dumps({"type": "error", "event_id": event_id, "error": error})
 
 
 async def submit_text(session: Session, text: str, limit: int, *, on_call: bool) -> None:

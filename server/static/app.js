@@ -1,14 +1,19 @@
 // Parley's browser client: the page's controller.
 //
 // Flow: Connect -> microphone and audio worklets -> an ephemeral key from
-// POST /v1/realtime/client_secrets (carrying the session settings) -> the
-// WebSocket, with the key as a subprotocol. Microphone audio streams as
-// input_audio_buffer.append; the server finds turns (server VAD) or the user holds
-// the talk button (push to talk). Assistant audio plays through a jitter buffer;
+// POST /v1/realtime/client_secrets (carrying the session settings) -> a WebRTC call
+// (the default) or the WebSocket (the fallback setting).
+// WebRTC: the microphone is the call's track and the assistant plays from the call's
+// incoming track; the server paces that audio, stops it on barge-in and truncates the
+// item itself (output_audio_buffer.* events say what it plays).
+// WebSocket: the key goes as a subprotocol, microphone audio streams as
+// input_audio_buffer.append, assistant audio plays through a jitter buffer, and
 // speech during playback stops it at once and truncates the item to what was heard.
+// Either way the server finds turns (server VAD) or the user holds the talk button.
 
 import { base64ToPcm, Microphone, openAudio, pcmToBase64, Player, RATE } from "./audio.js";
 import { AuthError, createClientSecret, RealtimeConnection } from "./realtime.js";
+import { RealtimeCall } from "./webrtc.js";
 
 const $ = (id) => document.getElementById(id);
 const BASE = window.location.origin;
@@ -29,6 +34,11 @@ const app = {
   mic: null,
   player: null,
   conn: null,
+  transport: "webrtc", // of the current connection: webrtc | websocket
+  outputNode: null, // where the assistant's audio can be tapped (the tests' analyser)
+  audioEl: null, // WebRTC: plays the call's incoming track
+  serverPlaying: null, // WebRTC: the response whose audio the server is playing
+  responseItems: new Map(), // response id -> assistant item id
   ready: false, // session.created seen
   queued: [],
   sentSamples: 0,
@@ -50,6 +60,7 @@ const app = {
 
 function readSettings() {
   return {
+    transport: document.querySelector("input[name=transport]:checked").value,
     mode: document.querySelector("input[name=mode]:checked").value,
     threshold: Number($("vad-threshold").value),
     silenceMs: Number($("vad-silence").value),
@@ -95,6 +106,9 @@ function restoreSettings() {
   } catch {
     saved = {};
   }
+  if (saved.transport) {
+    document.querySelector(`input[name=transport][value=${saved.transport}]`).checked = true;
+  }
   if (saved.mode) document.querySelector(`input[name=mode][value=${saved.mode}]`).checked = true;
   if (saved.threshold) $("vad-threshold").value = saved.threshold;
   if (saved.silenceMs) $("vad-silence").value = saved.silenceMs;
@@ -110,6 +124,7 @@ function onSettingsChanged(what) {
   $("talk").hidden = s.mode !== "ptt";
   if (!app.ready) return; // applied at the next connect, through the client secret
   if (what === "turns") {
+    setMicLive(s.mode !== "ptt");
     send({ type: "session.update", session: { type: "realtime", audio: { input: { turn_detection: turnDetection(s) } } } });
     if (s.mode === "ptt") send({ type: "input_audio_buffer.clear" });
   } else if (what === "voice") {
@@ -134,30 +149,36 @@ async function connect() {
   try {
     context = await openAudio();
     if (cancelled()) throw new Cancelled();
-    const player = new Player(context);
-    player.addEventListener("started", (e) => onPlaybackStarted(e.detail.item));
-    player.addEventListener("finished", (e) => onPlaybackFinished(e.detail));
-    player.addEventListener("state", (e) => {
+    const webrtc = settings.transport === "webrtc";
+    // Over WebRTC the server plays the audio on the call's track: no jitter buffer here.
+    const player = webrtc ? null : new Player(context);
+    player?.addEventListener("started", (e) => onPlaybackStarted(e.detail.item));
+    player?.addEventListener("finished", (e) => onPlaybackFinished(e.detail));
+    player?.addEventListener("state", (e) => {
       $("stat-underruns").textContent = e.detail.underruns;
       document.body.dataset.underruns = e.detail.underruns;
       updateState();
     });
+    // The worklet meters the level; over WebRTC the track itself carries the audio.
     mic = new Microphone(context, { onChunk, onLevel });
     await mic.start();
     if (cancelled()) throw new Cancelled();
-    Object.assign(app, { context, player, mic });
+    Object.assign(app, { context, player, mic, transport: settings.transport });
+    app.outputNode = player?.node ?? null;
+    setMicLive(settings.mode !== "ptt");
     const secret = await createClientSecret({
       base: BASE,
       apiKey: $("api-key").value.trim(),
       session: sessionConfig(settings),
     });
     if (cancelled()) throw new Cancelled();
-    const conn = new RealtimeConnection();
+    const conn = webrtc ? new RealtimeCall() : new RealtimeConnection();
     app.conn = conn;
     conn.addEventListener("event", (e) => onServerEvent(e.detail));
     conn.addEventListener("close", (e) => onClosed(e.detail));
-    const protocol = await conn.open({ base: BASE, key: secret.value });
+    const protocol = await conn.open({ base: BASE, key: secret.value, stream: mic.stream });
     if (cancelled()) throw new Cancelled();
+    if (webrtc) playCall(conn.remoteStream);
     document.body.dataset.protocol = protocol;
     app.phase = "connected";
     $("connect").textContent = "Disconnect";
@@ -184,11 +205,30 @@ async function connect() {
 
 class Cancelled extends Error {}
 
+// WebRTC: the assistant's audio plays from the call's track through an <audio>
+// element (browsers cancel echo for it), and is tapped for the level, unplayed.
+function playCall(stream) {
+  const el = document.createElement("audio");
+  el.autoplay = true;
+  el.srcObject = stream;
+  el.hidden = true;
+  document.body.append(el);
+  app.audioEl = el;
+  app.outputNode = app.context.createMediaStreamSource(stream);
+}
+
+// The microphone's track is live, or muted (push to talk over WebRTC, not held).
+function setMicLive(live) {
+  if (app.transport !== "webrtc") return;
+  for (const track of app.mic?.stream?.getAudioTracks() ?? []) track.enabled = live;
+}
+
 function teardown() {
   app.attempt++; // a connect still in flight gives up
   app.mic?.stop();
   app.player?.close();
   app.context?.close();
+  app.audioEl?.remove();
   const conn = app.conn;
   Object.assign(app, {
     phase: "disconnected",
@@ -196,6 +236,9 @@ function teardown() {
     mic: null,
     player: null,
     conn: null,
+    outputNode: null,
+    audioEl: null,
+    serverPlaying: null,
     ready: false,
     queued: [],
     userSpeaking: false,
@@ -234,6 +277,7 @@ function onChunk(pcm) {
 }
 
 function sendAudio(pcm, at) {
+  if (app.transport === "webrtc") return; // the call's track carries the microphone
   if (readSettings().mode === "ptt") {
     if (!app.pttHeld) return;
     app.pttSamples += pcm.length;
@@ -277,9 +321,12 @@ function pttDown() {
   if (!app.ready || app.pttHeld || readSettings().mode !== "ptt") return;
   if (app.responseActive) send({ type: "response.cancel" });
   if (app.player?.active) bargeIn();
+  if (app.serverPlaying) send({ type: "output_audio_buffer.clear" }); // the server's playout
   send({ type: "input_audio_buffer.clear" });
   app.pttHeld = true;
   app.pttSamples = 0;
+  app.pttDownAt = performance.now();
+  setMicLive(true);
   $("talk").classList.add("held");
   updateState();
 }
@@ -287,8 +334,11 @@ function pttDown() {
 function pttUp() {
   if (!app.pttHeld) return;
   app.pttHeld = false;
+  setMicLive(false);
   $("talk").classList.remove("held");
-  if (app.pttSamples >= RATE / 10) {
+  // Over WebRTC the track's audio is counted by the server, not here: hold time.
+  const held = app.transport === "webrtc" ? performance.now() - app.pttDownAt >= 100 : false;
+  if (held || app.pttSamples >= RATE / 10) {
     const now = performance.now();
     app.lastTurn = { speechEndAt: now, stoppedAt: now };
     app.awaiting = true;
@@ -313,7 +363,7 @@ function onServerEvent(ev) {
     case "input_audio_buffer.speech_started":
       app.userSpeaking = true;
       userTurn(ev.item_id);
-      if (app.player?.active) bargeIn();
+      if (app.player?.active) bargeIn(); // over WebRTC the server stops its playout
       break;
     case "input_audio_buffer.speech_stopped": {
       app.userSpeaking = false;
@@ -352,8 +402,30 @@ function onServerEvent(ev) {
       app.responseActive = true;
       break;
     case "response.output_item.added":
-      if (ev.item?.type === "message" && ev.item.role === "assistant") answer(ev.item.id);
+      if (ev.item?.type === "message" && ev.item.role === "assistant") {
+        answer(ev.item.id);
+        app.responseItems.set(ev.response_id, ev.item.id);
+      }
       break;
+    case "output_audio_buffer.started": {
+      app.serverPlaying = ev.response_id;
+      const item = app.responseItems.get(ev.response_id);
+      if (item) {
+        answer(item).firstDeltaAt ??= performance.now();
+        app.assistantSpoke = true;
+        $("voice").disabled = true;
+        onPlaybackStarted(item);
+      }
+      break;
+    }
+    case "output_audio_buffer.stopped":
+    case "output_audio_buffer.cleared": {
+      if (app.serverPlaying === ev.response_id) app.serverPlaying = null;
+      const a = app.answers.get(app.responseItems.get(ev.response_id));
+      if (a && ev.type === "output_audio_buffer.stopped") a.el.dataset.played = "whole";
+      app.responseItems.delete(ev.response_id);
+      break;
+    }
     case "response.output_audio.delta": {
       if (app.dropAudio.has(ev.item_id) || !app.player) break;
       const a = answer(ev.item_id);
@@ -393,6 +465,7 @@ function onServerEvent(ev) {
       if (a) {
         a.el.classList.add("cut");
         a.el.dataset.truncatedMs = ev.audio_end_ms;
+        if (app.transport === "webrtc") a.el.dataset.playedMs = ev.audio_end_ms; // the server's count
         note(a, `interrupted at ${(ev.audio_end_ms / 1000).toFixed(1)} s`);
       }
       break;
@@ -520,7 +593,7 @@ function updateState() {
   if (app.phase === "connected") {
     if (!app.ready) state = "connecting";
     else if (app.userSpeaking || app.pttHeld) state = "user speaking";
-    else if (app.player?.active) state = "assistant speaking";
+    else if (app.player?.active || app.serverPlaying) state = "assistant speaking";
     else if (app.awaiting) state = "thinking";
     else state = "listening";
   }
@@ -564,6 +637,9 @@ function init() {
     if (app.phase === "disconnected") connect();
     else teardown();
   });
+  for (const radio of document.querySelectorAll("input[name=transport]")) {
+    radio.addEventListener("change", () => onSettingsChanged("transport"));
+  }
   for (const radio of document.querySelectorAll("input[name=mode]")) {
     radio.addEventListener("change", () => onSettingsChanged("turns"));
   }

@@ -9,6 +9,18 @@
 
 export class AuthError extends Error {}
 
+// A server event's JSON text, dispatched on `target` as an `event` CustomEvent
+// (text that is not JSON is dropped). The WebSocket and the WebRTC call both use it.
+export function dispatchServerEvent(target, data) {
+  let event;
+  try {
+    event = JSON.parse(data);
+  } catch {
+    return;
+  }
+  target.dispatchEvent(new CustomEvent("event", { detail: event }));
+}
+
 export async function createClientSecret({ base, apiKey, session }) {
   const headers = { "Content-Type": "application/json" };
   if (apiKey) headers.Authorization = `Bearer ${apiKey}`;
@@ -45,15 +57,7 @@ export class RealtimeConnection extends EventTarget {
         opened = true;
         resolve(ws.protocol);
       };
-      ws.onmessage = ({ data }) => {
-        let event;
-        try {
-          event = JSON.parse(data);
-        } catch {
-          return;
-        }
-        this.dispatchEvent(new CustomEvent("event", { detail: event }));
-      };
+      ws.onmessage = ({ data }) => dispatchServerEvent(this, data);
       ws.onclose = ({ code, reason }) => {
         if (!opened) reject(new Error(`the server refused the connection (${code})`));
         this.dispatchEvent(new CustomEvent("close", { detail: { code, reason } }));

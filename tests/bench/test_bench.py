@@ -23,12 +23,13 @@ from bench.load.measure import stop_plan
 from bench.load.points import P99_LIMIT_MS, SCORE_P99_LIMIT_MS, Point, judge
 from bench.load.profile import top_frames
 from bench.load.search import next_n, settled
-from bench.load.servers import SEMANTIC_VAD, targets
+from bench.load.servers import SEMANTIC_VAD, Target, targets
 from bench.load.stages import BARGE_S, CHUNKS_S, WORKERS_S, above_knee, plan
 from bench.load.stats import dist
 from bench.speech import FIXTURES, PCM_RATE, load_wav
 from bench.voice_to_voice import merged
 from bench.voice_to_voice import parser as v2v_parser
+from bench.voice_to_voice_rtc import run_rtc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,8 @@ def load_args(*argv: str) -> argparse.Namespace:
 
 def test_make_bench_runs_the_benchmarks_in_order() -> None:
     assert make_bench_modules() == [
-        "bench.voice_to_voice",
+        "bench.voice_to_voice",  # ws
+        "bench.voice_to_voice",  # rtc
         "bench.tts_first_audio",
         "bench.turn_model",
         "bench.vad_backends",
@@ -212,6 +214,26 @@ def test_voice_to_voice_takes_a_transport_and_keeps_the_other_s_results() -> Non
     inproc = {"machine": {"b": 2}, "runs": []}
     assert merged(previous, inproc, None) == {**inproc, "ws": {"old": True}}
     assert merged({}, inproc, None) == inproc
+    # The WebRTC comparison has its own section, kept like the others.
+    rtc = {"quantiles_ms": {}}
+    assert merged(previous, None, None, rtc)["rtc"] == rtc
+    assert merged({**previous, "rtc": rtc}, inproc, None)["rtc"] == rtc
+    assert v2v_parser().parse_args(["--transport", "rtc"]).transport == "rtc"
+
+
+async def test_the_webrtc_bench_times_a_call_beside_a_websocket_session() -> None:
+    """A smoke run of `--transport rtc` on the scripted executor: both transports
+    answer each utterance and are timed from the end of speech."""
+    scripted = [sys.executable, "-m", "bench.probed_server", "parley", "--port", "{port}"]
+    target = Target("parley-scripted", [*scripted, "--executor", "scripted"], False, "silero")
+    result = await run_rtc(1, ["weather"], target=target)
+    for transport in ("webrtc", "websocket"):
+        total = result["quantiles_ms"][transport]["total_ms"]
+        assert total["n"] == 1, result["runs"]
+        # The server VAD's 500 ms of silence comes first, then the scripted answer.
+        assert total["p50"] is not None and 450 < total["p50"] < 5000, result["runs"]
+    (call,) = result["runs"]["webrtc"]
+    assert call["status"] == "completed" and call["error"] is None
 
 
 def test_a_point_passes_under_the_limits_and_names_what_failed() -> None:

@@ -66,7 +66,7 @@ LISTEN_TO_OUTPUT = """() => {
   const app = window.parley;
   const analyser = app.context.createAnalyser();
   analyser.fftSize = 512;
-  app.player.node.connect(analyser);
+  app.outputNode.connect(analyser);
   const data = new Float32Array(analyser.fftSize);
   window.__sound = { first: null, last: null };
   setInterval(() => {
@@ -88,6 +88,24 @@ RECORD_PAGE = """() => {
     if (window.__states.at(-1) !== s) window.__states.push(s);
   }).observe(document.body, { attributes: true, attributeFilter: ["data-state"] });
   window.__truncates = [];
+  // Every event on a WebRTC call's data channel, both ways, as it happens.
+  window.__rtc = [];
+  const record = (sent, data) => {
+    try {
+      window.__rtc.push({ at: performance.now(), sent, event: JSON.parse(data) });
+    } catch {}
+  };
+  const createDataChannel = RTCPeerConnection.prototype.createDataChannel;
+  RTCPeerConnection.prototype.createDataChannel = function (...args) {
+    const channel = createDataChannel.apply(this, args);
+    channel.addEventListener("message", ({ data }) => record(false, data));
+    const sendOn = channel.send.bind(channel);
+    channel.send = (data) => {
+      record(true, data);
+      return sendOn(data);
+    };
+    return channel;
+  };
   const send = WebSocket.prototype.send;
   WebSocket.prototype.send = function (data) {
     if (typeof data === "string" && data.includes('"conversation.item.truncate"')) {
@@ -213,7 +231,9 @@ async def launch() -> AsyncIterator[Launcher]:
                 await browser.close()
 
 
-async def open_page(browser: Browser, server: RunningServer) -> tuple[Page, PageSocket, list[str]]:
+async def open_page(
+    browser: Browser, server: RunningServer, transport: str = "websocket"
+) -> tuple[Page, PageSocket, list[str]]:
     page = await browser.new_page(viewport={"width": 1280, "height": 860})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -221,12 +241,13 @@ async def open_page(browser: Browser, server: RunningServer) -> tuple[Page, Page
     socket = PageSocket(page)
     await page.goto(f"{server.http_url}/")
     await page.evaluate(RECORD_PAGE)
+    await page.check(f"input[name=transport][value={transport}]")
     return page, socket, errors
 
 
-async def connected(page: Page) -> None:
+async def connected(page: Page, protocol: str = "realtime") -> None:
     await page.wait_for_selector("body[data-state=listening]", timeout=TIMEOUT_MS)
-    assert await page.get_attribute("body", "data-protocol") == "realtime"
+    assert await page.get_attribute("body", "data-protocol") == protocol
     await page.evaluate(LISTEN_TO_OUTPUT)
 
 
@@ -457,4 +478,134 @@ async def test_push_to_talk(serve: ServerFactory, launch: Launcher, tmp_path: Pa
     await page.wait_for_selector("body[data-state=listening]", timeout=TIMEOUT_MS)
     # Released: nothing was sent after the commit, while the answer came and played.
     assert all(f.at < commit.at for f in socket.of("input_audio_buffer.append"))
+    assert not errors, errors
+
+
+async def rtc_events(page: Page, kind: str, *, sent: bool = False) -> list[dict[str, Any]]:
+    """The page's data channel events of `kind` (window.__rtc, from RECORD_PAGE)."""
+    events: list[dict[str, Any]] = await page.evaluate(
+        "([kind, sent]) => window.__rtc.filter((e) => e.event.type === kind && e.sent === sent)",
+        [kind, sent],
+    )
+    return events
+
+
+async def rtc_wait_for(page: Page, kind: str, *, sent: bool = False) -> dict[str, Any]:
+    await page.wait_for_function(
+        "([kind, sent]) => window.__rtc.some((e) => e.event.type === kind && e.sent === sent)",
+        arg=[kind, sent],
+        timeout=TIMEOUT_MS,
+    )
+    return (await rtc_events(page, kind, sent=sent))[0]
+
+
+async def test_conversation_over_webrtc(
+    serve: ServerFactory, launch: Launcher, tmp_path: Path
+) -> None:
+    """The page's default transport: the ephemeral key opens a call at
+    /v1/realtime/calls, the microphone is the call's track, events travel on the
+    data channel, and the answer plays from the call's incoming track."""
+    server = await serve(api_keys=[API_KEY])
+    capture = tmp_path / "speech.wav"
+    capture_wav(capture, lead_s=1.0, tail_s=4.0)
+    browser = await launch(Path(f"{capture}%noloop"))
+    page, socket, errors = await open_page(browser, server, transport="webrtc")
+    offers: list[dict[str, Any]] = []
+
+    async def on_response(response: Any) -> None:
+        if response.url.endswith("/v1/realtime/calls"):
+            headers = await response.request.all_headers()
+            offers.append(
+                {
+                    "status": response.status,
+                    "auth": headers.get("authorization", ""),
+                    "type": headers.get("content-type"),
+                    "location": await response.header_value("location"),
+                }
+            )
+
+    page.on("response", on_response)
+    await page.fill("#api-key", API_KEY)
+    await page.click("#connect")
+    await connected(page, "webrtc")
+    (offer,) = offers
+    assert offer["status"] == 201 and offer["type"] == "application/sdp"
+    assert offer["auth"].startswith("Bearer ek_")  # the ephemeral key, never the API key
+    assert offer["location"].startswith("/v1/realtime/calls/rtc_")
+    created = (await rtc_wait_for(page, "session.created"))["event"]
+    assert created["session"]["audio"]["input"]["transcription"]["model"] == "whisper-1"
+
+    answer = await page.wait_for_selector(
+        ".turn.assistant[data-played=whole][data-latency-ms]", timeout=TIMEOUT_MS
+    )
+    assert answer is not None
+    await page.wait_for_selector("body[data-state=listening]", timeout=TIMEOUT_MS)
+    started = await rtc_wait_for(page, "input_audio_buffer.speech_started")
+    playing = await rtc_wait_for(page, "output_audio_buffer.started")
+    stopped = await rtc_wait_for(page, "output_audio_buffer.stopped")
+    assert started["at"] < playing["at"] < stopped["at"]
+    # Audio went on the tracks, never as events, and the page used no WebSocket.
+    assert not await rtc_events(page, "response.output_audio.delta")
+    assert not await rtc_events(page, "input_audio_buffer.append", sent=True)
+    assert not socket.frames
+    await page.wait_for_selector(".turn.user:not(.pending)", timeout=TIMEOUT_MS)
+    user_text = await page.inner_text(".turn.user .text")
+    assert re.fullmatch(r"audio of \d+ samples", user_text), user_text
+    answer_text = await page.inner_text(".turn.assistant .text")
+    assert re.fullmatch(r"I heard \d+ samples in 1 items\.", answer_text), answer_text
+    sound = await page.evaluate("window.__sound")
+    assert sound["first"] is not None, "no sound came from the call's track"
+    assert sound["first"] >= playing["at"] - 100  # the answer's sound, not before it
+    latency_ms = int(await answer.get_attribute("data-latency-ms") or "-1")
+    assert 450 <= latency_ms < 10_000, latency_ms
+    states = await page.evaluate("window.__states")
+    assert states.index("user-speaking") < states.index("assistant-speaking"), states
+    assert states[-1] == "listening", states
+    await page.screenshot(path=screenshot("browser-webrtc-conversation.png"))
+    assert not errors, errors
+
+
+async def test_barge_in_over_webrtc(serve: ServerFactory, launch: Launcher, tmp_path: Path) -> None:
+    """Over WebRTC the server handles barge-in: the looped microphone speaks over a
+    7 s answer, the call's track goes silent at once, and the server truncates the
+    item to what it played and says so."""
+    chunk_ms = 1000
+    server = await serve(scripted_chunk_ms=chunk_ms, scripted_chunk_delay_s=0.2)
+    capture = tmp_path / "speech-looped.wav"
+    capture_wav(capture, lead_s=1.0, tail_s=1.5)
+    browser = await launch(capture)
+    page, _, errors = await open_page(browser, server, transport="webrtc")
+    await page.click("#connect")
+    await connected(page, "webrtc")
+
+    truncated = (await rtc_wait_for(page, "conversation.item.truncated"))["event"]
+    cleared = await rtc_wait_for(page, "output_audio_buffer.cleared")
+    playing = await rtc_wait_for(page, "output_audio_buffer.started")
+    barge = [
+        e
+        for e in await rtc_events(page, "input_audio_buffer.speech_started")
+        if playing["at"] < e["at"] <= cleared["at"]
+    ]
+    assert barge, "no speech_started while the answer played"
+    assert cleared["event"]["response_id"] == playing["event"]["response_id"]
+    played_ms = truncated["audio_end_ms"]
+    assert 0 < played_ms < 7 * chunk_ms, played_ms
+    assert not await rtc_events(page, "conversation.item.truncate", sent=True)  # the server's
+
+    # The sound stopped: silent within 150 ms of the speech_started, for 400 ms.
+    await page.wait_for_function(
+        """(t) => window.__sound.last !== null &&
+             performance.now() - Math.max(window.__sound.last, t) > 400""",
+        arg=barge[-1]["at"],
+        timeout=TIMEOUT_MS,
+    )
+    sound = await page.evaluate("window.__sound")
+    assert sound["first"] < barge[-1]["at"], "nothing played before the barge-in"
+    assert sound["last"] - barge[-1]["at"] < 150, sound["last"] - barge[-1]["at"]
+
+    cut = page.locator(f".turn.assistant[data-item-id='{truncated['item_id']}']")
+    await cut.and_(page.locator("[data-truncated-ms]")).wait_for(timeout=TIMEOUT_MS)
+    assert await cut.get_attribute("data-played-ms") == str(played_ms)
+    assert "interrupted at" in await cut.inner_text()
+    await page.screenshot(path=screenshot("browser-webrtc-barge-in.png"))
     assert not errors, errors

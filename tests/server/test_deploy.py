@@ -37,7 +37,7 @@ def compose_command() -> list[str]:
     )
 
 
-PROFILES = ("gpu", "cpu", "replicas")
+PROFILES = ("gpu", "cpu", "replicas", "webrtc")
 REPLICA_SERVICES = {"parley-replica", "proxy"}
 
 
@@ -71,7 +71,7 @@ def config() -> dict[str, Any]:
 
 def test_compose_validates_and_wires_parley_to_vllm(config: dict[str, Any]) -> None:
     services = config["services"]
-    assert set(services) == {"vllm", "parley", "parley-cpu", *REPLICA_SERVICES}
+    assert set(services) == {"vllm", "parley", "parley-cpu", "parley-webrtc", *REPLICA_SERVICES}
     parley, vllm = services["parley"], services["vllm"]
     assert parley["environment"]["PARLEY_EXECUTOR"] == "openai_compat"
     assert parley["environment"]["PARLEY_BACKEND_URL"] == "http://vllm:8000"
@@ -92,6 +92,17 @@ def test_cpu_profile_runs_parley_alone(config: dict[str, Any]) -> None:
     assert Path(cpu["build"]["context"]) == ROOT
     gpu = {n for n, s in config["services"].items() if s["profiles"] == ["gpu"]}
     assert gpu == {"vllm", "parley"}
+
+
+def test_webrtc_profile_runs_on_the_host_network_with_ice_settings(config: dict[str, Any]) -> None:
+    webrtc = config["services"]["parley-webrtc"]
+    assert webrtc["profiles"] == ["webrtc"]
+    # Its ICE candidates must be addresses other machines reach: the host's.
+    assert webrtc["network_mode"] == "host" and "ports" not in webrtc
+    environment = webrtc["environment"]
+    assert {"PARLEY_ICE_SERVERS", "PARLEY_ICE_USERNAME", "PARLEY_ICE_CREDENTIAL"} <= set(
+        environment
+    )
 
 
 def seconds(duration: str) -> int:

@@ -1,11 +1,16 @@
-"""The playout ledger of a WebRTC call (server/playout.py), frame by frame."""
+"""The playout ledger of a WebRTC call (server/playout.py), frame by frame, and what
+fits on its data channel (server/webrtc.py)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+from openai.types.realtime import RealtimeErrorEvent
 
 from engine.session import Playback
 from server.playout import FRAME, PlayoutQueue
+from server.webrtc import fit_for_channel, too_large_error
 
 
 def tone(frames: int) -> np.ndarray:
@@ -66,3 +71,24 @@ def test_a_partial_frame_is_padded_and_counted_exactly() -> None:
     frame = q.next_frame()
     assert (frame[: FRAME // 2] == 7).all() and not frame[FRAME // 2 :].any()
     assert q.played == {"item_1": FRAME // 2}
+
+
+def test_an_event_the_data_channel_cannot_carry_is_slimmed_or_replaced() -> None:
+    audio = "A" * 300_000
+    retrieved = {
+        "type": "conversation.item.retrieved",
+        "event_id": "event_1",
+        "item": {
+            "id": "item_1",
+            "content": [{"type": "output_audio", "audio": audio, "transcript": "Hi."}],
+        },
+    }
+    text = json.dumps(retrieved)
+    assert fit_for_channel("conversation.item.retrieved", text, 1 << 20) == text
+    slim = fit_for_channel("conversation.item.retrieved", text, 256 * 1024)
+    assert slim is not None
+    assert json.loads(slim)["item"]["content"] == [{"type": "output_audio", "transcript": "Hi."}]
+    assert fit_for_channel("session.updated", "x" * 300_000, 256 * 1024) is None
+    error = json.loads(too_large_error("event_2", "session.updated", 300_000))
+    RealtimeErrorEvent.model_validate(error)  # the SDK's own shape
+    assert error["error"]["code"] == "event_too_large"

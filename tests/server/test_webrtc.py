@@ -15,12 +15,13 @@ import pytest
 import websockets
 from aiortc import RTCConfiguration, RTCPeerConnection
 
+from bench.rtc_client import offer_sdp
 from bench.speech import FIXTURES, load_wav
 from bench.turns.scenarios import write_wav
 from tests.support.audio import utterance
 from tests.support.events import TIMEOUT_S, Events
 from tests.support.servers import RunningServer, ServerFactory
-from tests.support.webrtc_client import offer_sdp, rtc_call
+from tests.support.webrtc_client import rtc_call
 
 
 async def test_a_spoken_turn_is_answered_on_the_track(server: RunningServer) -> None:
@@ -162,7 +163,8 @@ async def test_a_sideband_sees_the_call_and_answers_its_tool_call_unseen_by_the_
                     await ended.wait()
     async with httpx.AsyncClient(base_url=server.http_url) as http:
         gone = await http.post(
-            f"/v1/realtime/calls/{call.call_id}/hangup", headers={"Authorization": f"Bearer {KEY}"}
+            f"/v1/realtime/calls/{call.call_id}/hangup",
+            headers={"Authorization": f"Bearer {KEY}"},
         )
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "call_not_found"
 
