@@ -26,8 +26,10 @@ from typing import Any
 
 import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcdatachannel import RTCDataChannel
+from aiortc.rtcrtpreceiver import RTCRtpReceiver
 from av import AudioFrame, AudioResampler
 
 from engine.emitter import OutEvent
@@ -46,6 +48,8 @@ CONNECT_TIMEOUT_S = 30.0
 MAX_PENDING_MESSAGES = 1024
 # Events queued on the data channel (bytes) before the writer waits for the peer.
 CHANNEL_HIGH_WATER = 1 << 20
+# Incoming audio frames held before decoding (aiortc's default is 4: 80 ms).
+JITTER_FRAMES = 2
 # A data channel message the peer takes, when its SDP says nothing (RFC 8841's default).
 DEFAULT_MAX_MESSAGE_BYTES = 65536
 # How long closing the peer connection may take when the call ends.
@@ -122,6 +126,8 @@ class Call:
         if "audio" not in kinds:
             raise CallError("The SDP offer has no audio media section.")
         self._wants_channel = self.pc.sctp is not None
+        for transceiver in self.pc.getTransceivers():
+            shorten_jitter_buffer(transceiver.receiver)
         self.pc.addTrack(self.track)
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         return self.pc.localDescription.sdp
@@ -315,6 +321,21 @@ class Call:
         if self.pc.connectionState != "connected":
             raise CallEnded(f"the peer did not connect within {CONNECT_TIMEOUT_S:g} s")
         await asyncio.Event().wait()  # connected: this task has nothing more to do
+
+
+def shorten_jitter_buffer(receiver: RTCRtpReceiver) -> bool:
+    """aiortc holds 4 frames (80 ms) of incoming audio before it decodes the first,
+    for reordering; a server VAD waits that much longer for every end of speech.
+    Two frames (40 ms) still absorb a swapped pair of packets. aiortc has no setting
+    for it: its receiver's buffer is replaced (aiortc is pinned, and a test checks
+    the attribute is there). False when the receiver is not audio."""
+    attribute = "_RTCRtpReceiver__jitter_buffer"
+    if getattr(receiver, "_RTCRtpReceiver__kind", None) != "audio":
+        return False
+    if not isinstance(getattr(receiver, attribute, None), JitterBuffer):
+        raise RuntimeError("aiortc's RTCRtpReceiver changed: no audio jitter buffer to shorten")
+    setattr(receiver, attribute, JitterBuffer(capacity=16, prefetch=JITTER_FRAMES))
+    return True
 
 
 def fit_for_channel(kind: str, text: str, limit: int) -> str | None:

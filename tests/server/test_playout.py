@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection
 from openai.types.realtime import RealtimeErrorEvent
 
 from engine.session import Playback
 from server.playout import FRAME, PlayoutQueue
-from server.webrtc import fit_for_channel, too_large_error
+from server.webrtc import JITTER_FRAMES, fit_for_channel, shorten_jitter_buffer, too_large_error
 
 
 def tone(frames: int) -> np.ndarray:
@@ -92,3 +93,16 @@ def test_an_event_the_data_channel_cannot_carry_is_slimmed_or_replaced() -> None
     error = json.loads(too_large_error("event_2", "session.updated", 300_000))
     RealtimeErrorEvent.model_validate(error)  # the SDK's own shape
     assert error["error"]["code"] == "event_too_large"
+
+
+async def test_an_audio_receiver_gets_the_shorter_jitter_buffer() -> None:
+    # aiortc is pinned; this fails loudly if its receiver stops having the buffer.
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    try:
+        audio = pc.addTransceiver("audio").receiver
+        assert shorten_jitter_buffer(audio)
+        buffer = audio._RTCRtpReceiver__jitter_buffer  # type: ignore[attr-defined]
+        assert buffer._prefetch == JITTER_FRAMES == 2
+        assert not shorten_jitter_buffer(pc.addTransceiver("video").receiver)
+    finally:
+        await pc.close()
