@@ -67,6 +67,7 @@ class ResponseEnded:
     # its playback. None for any other response.
     audio_ms: int | None
     spoke: bool  # the assistant was heard: the voice is fixed from now on
+    response_id: str | None = None
 
 
 class Responder:
@@ -418,7 +419,7 @@ class Responder:
             if not stream.message_open:
                 self._conversation.remove(item.id)
         audio_answer = in_band and stream.message_open and stream.audio_out
-        self._on_ended(ResponseEnded(item.audio_ms if audio_answer else None, kept > 0))
+        self._on_ended(ResponseEnded(item.audio_ms if audio_answer else None, kept > 0, resp.id))
         by_id = {call.id: call for call in stream.calls}
         by_id[item.id] = item
         output = [by_id[i].wire() for i in stream.outputs]

@@ -262,6 +262,7 @@ class Session:
         self._snippet_task: asyncio.Task[None] | None = None
         self._playback_end_ms: int | None = None  # the last answer's audio, at the client
         self._track_overflow_told = False  # a track's audio past the buffer's bound
+        self._last_answer: str | None = None  # the response _playback_end_ms is for
         # The one end-of-turn scoring in flight: (request number, pause id, task). A
         # result is used only if it answers this request: a cancelled one may have
         # posted already, and pause ids restart with a new detector.
@@ -667,6 +668,14 @@ class Session:
         }
         if played.kind in kinds:
             self.emit.control(kinds[played.kind], response_id=played.response_id)
+        if played.kind != "started" and played.response_id == self._last_answer:
+            # The server played it: its playback ended now, not at the estimate made
+            # when the answer ended (held speech and idle_timeout_ms count from here).
+            now_ms = self.buffer.pos_to_ms(self.buffer.end)
+            if self._playback_end_ms is not None:
+                self._playback_end_ms = min(self._playback_end_ms, now_ms)
+            if self._idle_deadline_ms is not None:
+                self._idle_deadline_ms = min(self._idle_deadline_ms, now_ms)
         if played.item_id is None:
             return
         truncate = protocol.ConversationItemTruncate(
@@ -1136,6 +1145,7 @@ class Session:
             # the client began playing it, so this is an upper bound).
             self._idle_deadline_ms = self.buffer.pos_to_ms(self.buffer.end) + ended.audio_ms
             self._playback_end_ms = self._idle_deadline_ms
+            self._last_answer = ended.response_id
         self._assistant_spoke = self._assistant_spoke or ended.spoke
         self._bound_history()
 
