@@ -118,10 +118,23 @@ def to_model_audio(audio: np.ndarray, rate: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class ToolTurn:
+    """A function call the assistant made, or its result (`output`), as chat APIs
+    carry them (`tool_calls`, a `tool` message); `text` renders either as prose for
+    prompts written here."""
+
+    call_id: str
+    name: str | None = None
+    arguments: str | None = None  # the call's, JSON text
+    output: str | None = None  # the result's
+
+
+@dataclass(frozen=True)
 class Turn:
     role: Literal["user", "assistant"]
     text: str = ""
     audio: np.ndarray | None = None  # float32 at 16 kHz
+    tool: ToolTurn | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +204,14 @@ def _item_text(item: PromptItem, transcripts: Mapping[str, str]) -> str:
         return f"(The function {item.name or item.call_id} returned: {item.output})"
     text = item.text if item.text is not None else transcripts.get(item.id, "")
     return text.strip()
+
+
+def _tool_of(item: PromptItem) -> ToolTurn | None:
+    if item.call_id is None or item.kind == "message":
+        return None
+    if item.kind == "function_call":
+        return ToolTurn(item.call_id, name=item.name, arguments=item.arguments or "{}")
+    return ToolTurn(item.call_id, name=item.name, output=item.output or "")
 
 
 class PromptTooLong(ValueError):
@@ -265,7 +286,7 @@ def build_audio_prompt(
             if item.audio is not None:
                 break  # audio we can neither fit nor read: the history ends here
             continue
-        turn = Turn(role, text=text)
+        turn = Turn(role, text=text, tool=_tool_of(item))
         cost = count_tokens(render_turn(style, turn, 0))
         if used + cost > budget:
             break

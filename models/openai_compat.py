@@ -39,7 +39,7 @@ import httpx
 import numpy as np
 
 from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
-from models.base import PCM_RATE, OutputChunk, Prompt
+from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt, Tool
 from models.speech.asr import SpeechRecognizer
 from models.speech.audio import resample_int16
 from models.speech.speaker import Speaker
@@ -112,16 +112,79 @@ def wav_base64(audio: np.ndarray) -> str:
 
 
 def chat_messages(prompt: AudioPrompt) -> list[dict[str, Any]]:
-    """The audio prompt as OpenAI chat messages (the server applies its template)."""
+    """The audio prompt as OpenAI chat messages (the server applies its template).
+    Function calls go as the assistant's `tool_calls` (consecutive calls in one
+    message) and their results as `tool` messages; a result whose call is not in the
+    prompt (cut from the history) goes as the user's text."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": prompt.system}]
+    called: set[str] = set()
     for turn in prompt.turns:
-        if turn.audio is not None:
+        tool = turn.tool
+        if tool is not None and tool.output is None:  # a call
+            call = {
+                "id": tool.call_id,
+                "type": "function",
+                "function": {"name": tool.name, "arguments": tool.arguments or "{}"},
+            }
+            last = messages[-1]
+            if last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            called.add(tool.call_id)
+        elif tool is not None and tool.call_id in called:  # its result
+            messages.append({"role": "tool", "tool_call_id": tool.call_id, "content": tool.output})
+        elif turn.audio is not None:
             audio = {"data": wav_base64(turn.audio), "format": "wav"}
             part = {"type": "input_audio", "input_audio": audio}
             messages.append({"role": turn.role, "content": [part]})
         else:
             messages.append({"role": turn.role, "content": turn.text})
     return messages
+
+
+def chat_tool(tool: Tool) -> dict[str, Any]:
+    """A session's function tool as a Chat Completions tool."""
+    function: dict[str, Any] = {"name": tool.name, "parameters": json.loads(tool.parameters)}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+def chat_tool_choice(choice: str) -> str | dict[str, Any]:
+    """`auto`, `required` (`none` sends no tools at all), or one function by name."""
+    if choice in ("auto", "required", "none"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+@dataclass
+class _CallParts:
+    """A streamed tool call's pieces, as `delta.tool_calls[i]` brings them."""
+
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+def merge_tool_call_deltas(parts: dict[int, _CallParts], deltas: list[dict[str, Any]]) -> None:
+    """Fold one chunk's `tool_calls` into `parts` by index: the id and name come
+    once, the arguments in pieces (as vLLM's and OpenAI's servers stream them)."""
+    for delta in deltas:
+        part = parts.setdefault(int(delta.get("index", 0)), _CallParts())
+        part.call_id = delta.get("id") or part.call_id
+        function = delta.get("function") or {}
+        part.name = function.get("name") or part.name
+        part.arguments += function.get("arguments") or ""
+
+
+def function_calls(parts: dict[int, _CallParts], request_id: str) -> list[FunctionCall]:
+    """The finished calls in index order; a call the backend gave no id gets one."""
+    return [
+        FunctionCall(p.name, p.arguments or "{}", p.call_id or f"call_{request_id}_{i}")
+        for i, p in sorted(parts.items())
+        if p.name
+    ]
 
 
 def decode_audio(data: str) -> np.ndarray:
@@ -139,6 +202,7 @@ class _Delta:
     text: str = ""
     audio: np.ndarray | None = None
     finish: str | None = None
+    calls: list[FunctionCall] = field(default_factory=list)  # the reply's, at its end
 
 
 @dataclass
@@ -146,6 +210,7 @@ class _Request(RequestState):
     reader: asyncio.Task[None] | None = None
     queue: asyncio.Queue[_Delta | BaseException | None] = field(default_factory=asyncio.Queue)
     backend: str | None = None
+    calls: dict[int, _CallParts] = field(default_factory=dict)  # streamed tool calls
 
 
 @dataclass
@@ -233,6 +298,9 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             "max_tokens": limit,
             "temperature": o.temperature,
         }
+        if prompt.tools and prompt.tool_choice != "none":
+            body["tools"] = [chat_tool(t) for t in prompt.tools]
+            body["tool_choice"] = chat_tool_choice(prompt.tool_choice)
         if o.audio_output and "audio" in prompt.output_modalities:
             body["modalities"] = ["text", "audio"]
             body["audio"] = {"voice": o.voice, "format": "pcm16"}
@@ -256,14 +324,21 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                         yield chunk
                     return
 
+                calls: list[FunctionCall] = []
+
                 async def texts() -> AsyncGenerator[str, None]:
+                    calls.extend(first.calls)
                     yield first.text
                     async for delta in deltas:
+                        calls.extend(delta.calls)
                         yield delta.text
 
                 async with contextlib.aclosing(self._speak(texts(), request_id, state)) as spoken:
                     async for chunk in spoken:
                         yield chunk
+                for call in calls:  # after what was said before them
+                    if not state.aborted:
+                        yield OutputChunk(function_call=call)
                 if self._finish.get(request_id) == "length" and not state.aborted:
                     yield OutputChunk(finish="length")
         finally:
@@ -284,6 +359,8 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                 self.stats.mark(prompt.request_id, "first_audio")
             if delta.text or audio is not None:
                 yield OutputChunk(audio=audio, text=delta.text)
+            for call in delta.calls:
+                yield OutputChunk(function_call=call)
             delta = await anext(deltas, None)
         if self._finish.get(prompt.request_id) == "length" and not state.aborted:
             yield OutputChunk(finish="length")
@@ -340,6 +417,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
     async def _attempt(self, url: str, prompt: Prompt, state: _Request) -> None:
         """One request to one backend. Raises _Retryable while nothing was heard."""
         heard = False
+        state.calls.clear()  # a retry starts the reply over
         try:
             body = self.body(prompt, await self._model(url))
             endpoint = api_base(url) + "/chat/completions"
@@ -358,15 +436,18 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                     if data == "[DONE]":
                         done = True
                         break
-                    delta = self._parse(url, data, prompt.request_id)
+                    delta = self._parse(url, data, prompt.request_id, state)
                     if delta is None:
                         continue
+                    heard = heard or bool(state.calls)  # a call begun: no retry elsewhere
                     if delta.text or delta.audio is not None:
                         heard = True
                         self.stats.mark(prompt.request_id, "first_token")
                         state.queue.put_nowait(delta)
                 if not done:
                     raise self._broken(url, heard, "closed the stream before the answer ended")
+                if calls := function_calls(state.calls, prompt.request_id):
+                    state.queue.put_nowait(_Delta(calls=calls))
         except httpx.ConnectError as exc:
             raise _Retryable(f"backend {url} refused the connection ({exc})") from None
         except httpx.TimeoutException:
@@ -382,7 +463,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             return BackendError(f"backend {url} {what}, in the middle of the answer")
         return _Retryable(f"backend {url} {what}")
 
-    def _parse(self, url: str, data: str, request_id: str) -> _Delta | None:
+    def _parse(self, url: str, data: str, request_id: str, state: _Request) -> _Delta | None:
         try:
             event = json.loads(data)
         except json.JSONDecodeError:
@@ -397,6 +478,8 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         if reason := choice.get("finish_reason"):
             self._finish[request_id] = reason
         delta = choice.get("delta") or {}
+        if tool_calls := delta.get("tool_calls"):
+            merge_tool_call_deltas(state.calls, tool_calls)
         audio_part = delta.get("audio") or {}
         text = delta.get("content") or audio_part.get("transcript") or ""
         audio = decode_audio(audio_part["data"]) if audio_part.get("data") else None

@@ -8,6 +8,11 @@ paths, each a "backend" with its own behaviour (`http://127.0.0.1:PORT/NAME`):
 - error: HTTP 500 with an error body;
 - audio: streams pcm16 audio deltas with their transcript (as vLLM-Omni/OpenAI).
 
+With `tools` and a `tool_choice` that names a function (or is `required`), any
+backend calls it instead, streaming `tool_calls` deltas as vLLM's OpenAI server does
+(the id and name first, the arguments in pieces, `finish_reason: "tool_calls"`);
+once the messages hold a `tool` result, the reply reads it back.
+
 `hold()` makes every chunk wait for a permit (`release(n)`); `closed` counts
 streams that the client closed before they ended (`stream_closed` is set then).
 """
@@ -30,9 +35,47 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from tests.support.servers import bound_socket, serving
 from tests.support.throttle import Throttled
 
+TOOL_ARGUMENTS = ['{"order', '_id": ', '"A-1', '7"}']  # how the arguments stream
+
+
+def forced_tool(body: dict[str, Any]) -> str | None:
+    """The function a request must call now, if any."""
+    messages = body.get("messages", [])
+    choice = body.get("tool_choice")
+    if not body.get("tools") or any(m.get("role") == "tool" for m in messages):
+        return None
+    if isinstance(choice, dict):
+        return str(choice["function"]["name"])
+    if choice == "required":
+        return str(body["tools"][0]["function"]["name"])
+    return None
+
+
+def tool_call_chunks(name: str) -> list[dict[str, Any]]:
+    first = {"index": 0, "id": "chatcmpl-tool-1", "type": "function"}
+    deltas = [first | {"function": {"name": name, "arguments": ""}}]
+    deltas += [{"index": 0, "function": {"arguments": piece}} for piece in TOOL_ARGUMENTS]
+    return [
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [d]} | ({"role": "assistant"} if i == 0 else {}),
+                    "finish_reason": "tool_calls" if i == len(deltas) - 1 else None,
+                }
+            ],
+        }
+        for i, d in enumerate(deltas)
+    ]
+
 
 def reply_for(body: dict[str, Any]) -> str:
     messages = body.get("messages", [])
+    results = [m for m in messages if m.get("role") == "tool"]
+    if results:
+        return f"The order tool said {results[-1]['content']}."
     parts = [
         p
         for m in messages
@@ -87,6 +130,13 @@ class FakeOpenAI(Throttled):
         return app
 
     async def _stream(self, body: dict[str, Any], behaviour: str) -> AsyncIterator[str]:
+        if (tool := forced_tool(body)) is not None:
+            for chunk in tool_call_chunks(tool):
+                await self.permit()
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+            self.finished += 1
+            return
         words = reply_for(body).split(" ")
         limit = body.get("max_tokens") or len(words)
         cut = len(words) > limit
