@@ -109,6 +109,7 @@ class Call:
         self._channel_open = asyncio.Event()
         self._wants_channel = False
         self._messages: asyncio.Queue[str] = asyncio.Queue()
+        self._pending_chars = 0  # of the messages waiting for the session
         self._tasks: set[asyncio.Task[None]] = set()
         self.pc.on("datachannel", self._on_channel)
         self.pc.on("track", self._on_track)
@@ -178,17 +179,24 @@ class Call:
         channel.on("open", self._channel_open.set)
 
     def _on_message(self, message: str | bytes) -> None:
-        if self._messages.qsize() >= MAX_PENDING_MESSAGES:
-            self.hang_up("the client floods the data channel")
-            return
+        # aiortc hands messages over as they come, with no backpressure of its own:
+        # bounded here, in messages and in characters.
         if isinstance(message, bytes):
             message = message.decode("utf-8", errors="replace")
+        if (
+            self._messages.qsize() >= MAX_PENDING_MESSAGES
+            or self._pending_chars + len(message) > self.settings.max_message_bytes
+        ):
+            self.hang_up("the client floods the data channel")
+            return
+        self._pending_chars += len(message)
         self._messages.put_nowait(message)
 
     async def _read_events(self) -> None:
         limit = self.settings.max_message_bytes
         while True:
             text = await self._messages.get()
+            self._pending_chars -= len(text)
             await submit_text(self.session, text, limit, on_call=True)
 
     # --- events and audio out ---------------------------------------------------------

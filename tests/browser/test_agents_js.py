@@ -12,13 +12,7 @@ from typing import Any
 import httpx
 from playwright.async_api import Route
 
-from tests.browser.test_browser import (
-    API_KEY,
-    TIMEOUT_MS,
-    Launcher,
-    capture_wav,
-    launch,  # noqa: F401 (the fixture, used by name)
-)
+from tests.support.browser import API_KEY, TIMEOUT_MS, Launcher, capture_wav
 from tests.support.servers import ServerFactory
 
 SDK = Path(__file__).parent / "node_modules/@openai/agents-realtime/dist/bundle"
@@ -48,7 +42,7 @@ PAGE = """<!doctype html>
 
 async def test_the_agents_sdk_holds_a_voice_turn_over_webrtc(
     serve: ServerFactory,
-    launch: Launcher,  # noqa: F811
+    launch: Launcher,
     tmp_path: Path,
 ) -> None:
     assert UMD.exists(), f"{UMD} is missing: `make test` installs it (npm ci in tests/browser)"

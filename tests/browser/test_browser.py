@@ -18,22 +18,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
 import time
-import wave
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
-import pytest
-import soxr
 
-from bench.speech import load_wav
 from server.app import STATIC_DIR
+from tests.support.browser import API_KEY, TIMEOUT_MS, TIMEOUT_S, Launcher, capture_wav
 from tests.support.servers import RunningServer, ServerFactory
 
 try:
@@ -41,25 +36,8 @@ try:
 except ImportError:  # reported by `require_browser`
     async_playwright = None
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CAPTURE_RATE = 48_000
-TIMEOUT_S = 30.0
-TIMEOUT_MS = TIMEOUT_S * 1000
 SCRIPTED_WORDS = 7  # "I heard N samples in M items." is seven words, one chunk each
-API_KEY = "sk-browser-test"
-CHROMIUM_ARGS = [
-    "--no-sandbox",  # the tests run as root
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",  # the machine's network is closed
-    "--disable-component-update",
-    "--disable-sync",
-    "--use-fake-ui-for-media-stream",  # grant the microphone without a prompt
-    "--use-fake-device-for-media-stream",
-    "--autoplay-policy=no-user-gesture-required",
-]
 # Records when the player's output last carried sound (performance.now()), from an
 # AnalyserNode tapped onto the playback worklet's node.
 LISTEN_TO_OUTPUT = """() => {
@@ -116,38 +94,6 @@ RECORD_PAGE = """() => {
 }"""
 
 
-def require_browser() -> None:
-    problems = []
-    if not CHROMIUM.exists():
-        problems.append(
-            f"Debian chromium is not installed at {CHROMIUM} "
-            "(`make system-deps` installs it as root: apt-get install chromium)"
-        )
-    if async_playwright is None:
-        problems.append("the `playwright` package is missing (pip install -e '.[test]')")
-    if problems:
-        message = "BROWSER TESTS NOT RUN: " + "; ".join(problems)
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-def capture_wav(path: Path, *, lead_s: float, tail_s: float) -> float:
-    """The fake microphone's file: silence, a spoken sentence, silence, as 48 kHz
-    mono pcm16 (what chromium's fake capture device expects). Returns the speech's
-    length in seconds."""
-    speech = soxr.resample(load_wav("weather").astype(np.float32), 24_000, CAPTURE_RATE)
-    audio = np.concatenate(
-        [np.zeros(int(lead_s * CAPTURE_RATE)), speech, np.zeros(int(tail_s * CAPTURE_RATE))]
-    )
-    with wave.open(str(path), "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(CAPTURE_RATE)
-        wav.writeframes(np.clip(audio, -32768, 32767).astype("<i2").tobytes())
-    return len(speech) / CAPTURE_RATE
-
-
 @dataclass
 class Frame:
     at: float  # time.monotonic()
@@ -201,34 +147,6 @@ class PageSocket:
             seen = sorted({f.event.get("type", "?") for f in self.frames})
             raise AssertionError(f"no {kind} frame within {TIMEOUT_S} s; saw {seen}") from None
         return found[0]
-
-
-Launcher = Callable[[Path], Awaitable[Browser]]
-
-
-@pytest.fixture
-async def launch() -> AsyncIterator[Launcher]:
-    """Starts Debian chromium with `capture` as its microphone (looped by chromium;
-    a path ending in `%noloop` plays once)."""
-    require_browser()
-    assert async_playwright is not None
-    browsers: list[Browser] = []
-    async with async_playwright() as pw:
-
-        async def start(capture: Path) -> Browser:
-            browser = await pw.chromium.launch(
-                executable_path=str(CHROMIUM),
-                headless=True,
-                args=[*CHROMIUM_ARGS, f"--use-file-for-fake-audio-capture={capture}"],
-            )
-            browsers.append(browser)
-            return browser
-
-        try:
-            yield start
-        finally:
-            for browser in browsers:
-                await browser.close()
 
 
 async def open_page(
