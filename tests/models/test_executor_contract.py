@@ -1,5 +1,6 @@
 """One contract, every executor: a turn, a barge-in mid-stream, a cancel before the
-first token, a backend failure, each driven through an in-process Session.
+first token, a backend failure, a function call (or, where the model calls no tools
+yet, tools kept and a spoken answer), each driven through an in-process Session.
 
 - scripted: the deterministic executor;
 - cascade: the embedded pipeline with its real models (loaded once per module); a
@@ -81,7 +82,9 @@ def scripted_kit() -> Kit:
     async def stopped(rid: str, h: Harness) -> None:
         assert rid in ex.aborted
 
-    return Kit(ex, hold, first_sentence, free, fail, lambda: len(ex.prompts), stopped)
+    return Kit(
+        ex, hold, first_sentence, free, fail, lambda: len(ex.prompts), stopped, calls_tools=True
+    )
 
 
 # --- cascade -------------------------------------------------------------------------
@@ -223,6 +226,7 @@ async def openai_kit(stack: contextlib.AsyncExitStack) -> Kit:
         lambda: len(fake.requests),
         stopped,
         failure_text="HTTP 500",
+        calls_tools=True,
     )
 
 
@@ -263,6 +267,10 @@ async def test_cancel_before_the_first_token(kit: Kit) -> None:
 
 async def test_a_backend_failure_fails_the_response_and_the_session_lives(kit: Kit) -> None:
     await contract.a_backend_failure_fails_the_response_and_the_session_lives(kit)
+
+
+async def test_a_function_call_round_trips_or_the_tools_are_kept(kit: Kit) -> None:
+    await contract.a_function_call_round_trips_or_the_tools_are_kept(kit)
 
 
 def test_every_executor_is_in_the_contract() -> None:

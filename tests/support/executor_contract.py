@@ -8,6 +8,7 @@ tests/vllm/ plays them on a real vLLM engine.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,8 @@ class Kit:
     stopped: Callable[[str, Harness], Awaitable[None]]
     failure_text: str = FAILURE
     recognizes: bool = False  # the executor runs Parley's speech recognizer
+    # Its model calls function tools; else the tools are kept and it answers in speech.
+    calls_tools: bool = False
 
 
 def done(h: Harness) -> list[dict[str, Any]]:
@@ -128,3 +131,45 @@ async def a_backend_failure_fails_the_response_and_the_session_lives(kit: Kit) -
         await h.wait_until(lambda: len(done(h)) == 2)
         assert done(h)[1]["status"] == "completed"
         assert audio_deltas(h, done(h)[1]["id"])
+
+
+LOOKUP_TOOL = {
+    "type": "function",
+    "name": "lookup_order",
+    "description": "Looks up an order by its id.",
+    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+}
+
+
+async def a_function_call_round_trips_or_the_tools_are_kept(kit: Kit) -> None:
+    """Told to call a tool: an executor whose model calls tools makes the call, takes
+    the client's output and speaks an answer; any other keeps the tools in the
+    session and answers in speech, with no error."""
+    async with Harness(kit.executor) as h:
+        choice = {"type": "function", "name": LOOKUP_TOOL["name"]}
+        update = {"type": "realtime", "tools": [LOOKUP_TOOL], "tool_choice": choice}
+        await h.send({"type": "session.update", "session": update})
+        await say(h, "weather")
+        await h.wait_until(lambda: len(done(h)) == 1)
+        (updated,) = h.of("session.updated")
+        assert [t["name"] for t in updated["session"]["tools"]] == [LOOKUP_TOOL["name"]]
+        first = done(h)[0]
+        assert first["status"] == "completed", first
+        if not kit.calls_tools:
+            assert [o["type"] for o in first["output"]] == ["message"]
+            assert audio_deltas(h, first["id"])
+            assert not h.errors()
+            return
+        (call,) = [o for o in first["output"] if o["type"] == "function_call"]
+        assert call["name"] == LOOKUP_TOOL["name"]
+        assert isinstance(json.loads(call["arguments"]), dict)
+        output = {"type": "function_call_output", "call_id": call["call_id"], "output": "shipped"}
+        await h.send({"type": "conversation.item.create", "item": output})
+        await h.send({"type": "response.create", "response": {"tool_choice": "auto"}})
+        await h.wait_until(lambda: len(done(h)) == 2)
+        answer = done(h)[1]
+        assert answer["status"] == "completed", answer
+        assert audio_deltas(h, answer["id"])
+        assert "shipped" in answer["output"][0]["content"][0]["transcript"]
+        assert kit.requests() == 2
+        assert not h.errors()
