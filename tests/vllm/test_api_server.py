@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -21,7 +22,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from models.base import Prompt
+from models.base import Prompt, PromptItem, Tool
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
@@ -60,6 +61,13 @@ def api_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         # engine's multimodal cache ("P0/P1 cache drift"); the server then fails
         # that request with an SSE "Internal server error" and expects a retry.
         "--mm-processor-cache-gb", "0",
+        # A named tool_choice is forced with structured outputs; without whitespace
+        # between the JSON's tokens the random model cannot pad the call forever.
+        # vLLM 0.32 wants a tool parser for it, which it loads only with auto tool
+        # choice on; pythonic needs no special tokens in the tiny tokenizer.
+        "--structured-outputs-config",
+        '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        "--enable-auto-tool-choice", "--tool-call-parser", "pythonic",
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     start = time.monotonic()
@@ -215,3 +223,39 @@ async def test_a_backend_error_fails_the_response_and_the_session_lives(
     kit: contract.Kit,
 ) -> None:
     await contract.a_backend_failure_fails_the_response_and_the_session_lives(kit)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_named_tool_choice_comes_back_as_a_function_call(api_server: str) -> None:
+    """vLLM's server forces a named `tool_choice` with structured outputs (no tool
+    parser needed) and streams the call as `tool_calls`; the executor turns it into
+    one function call. The schema's enum leaves the random model nothing to invent."""
+    schema = {
+        "type": "object",
+        "properties": {"order_id": {"type": "string", "enum": ["A-17"]}},
+        "required": ["order_id"],
+        "additionalProperties": False,
+    }
+    tool = Tool("lookup_order", "Looks up an order by its id.", json.dumps(schema))
+    asked = PromptItem("item_1", "user", text="Where is my order A-17?")
+    prompt = Prompt(
+        "resp_toolcall000001",
+        "Use the tool.",
+        (asked,),
+        output_modalities=("text",),
+        tools=(tool,),
+        tool_choice=tool.name,
+    )
+    speaker = Speaker(FliteSynthesizer(timeout_s=180.0), StageSlots("tts", 1))
+    options = BackendOptions(
+        urls=(api_server,), retries=0, max_output_tokens=64, max_context_tokens=MAX_MODEL_LEN
+    )
+    ex = OpenAICompatExecutor(options, speaker)
+    try:
+        chunks = [chunk async for chunk in ex.generate(prompt)]
+    finally:
+        await ex.aclose()
+    calls = [c.function_call for c in chunks if c.function_call is not None]
+    assert len(calls) == 1, chunks
+    assert calls[0].name == "lookup_order" and calls[0].call_id
+    assert json.loads(calls[0].arguments) == {"order_id": "A-17"}
