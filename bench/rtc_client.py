@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fractions
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -19,16 +18,16 @@ import numpy as np
 import numpy.typing as npt
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from av import AudioFrame, AudioResampler
+from av import AudioFrame
 
-RATE = 24_000
-FRAME = 480  # 20 ms
+from server.rtc_audio import FRAME, FrameClock, audio_frame, track_pcm
+
 AUDIBLE_RMS = 200.0  # a frame louder than this carries sound (pcm16 units)
 
 
 class Microphone(MediaStreamTrack):
     """Speech queued by `say`, silence otherwise, 20 ms a frame in real time. Records
-    when each frame with sound left (`sent_audible`) and when each `say` began."""
+    when the latest frame with sound left (`last_audible`) and when each `say` began."""
 
     kind = "audio"
 
@@ -36,8 +35,7 @@ class Microphone(MediaStreamTrack):
         super().__init__()
         self._pending: npt.NDArray[np.int16] = np.zeros(0, np.int16)
         self._starts: list[int] = []  # where each `say` not yet begun begins in _pending
-        self._start: float | None = None
-        self._pts = 0
+        self._frames = FrameClock()
         self.spoke_at: list[float] = []  # time.monotonic() when each `say` began to go out
         self.last_audible: float | None = None  # when the latest frame with sound went out
 
@@ -45,18 +43,10 @@ class Microphone(MediaStreamTrack):
         self._starts.append(len(self._pending))
         self._pending = np.concatenate([self._pending, pcm.astype(np.int16)])
 
-    @property
-    def speaking(self) -> bool:
-        return len(self._pending) > 0
-
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
-        if self._start is None:
-            self._start = time.monotonic()
-        else:
-            self._pts += FRAME
-            await asyncio.sleep(max(0.0, self._start + self._pts / RATE - time.monotonic()))
+        pts = await self._frames.next_pts()
         out = np.zeros(FRAME, np.int16)
         take = min(FRAME, len(self._pending))
         if take:
@@ -69,11 +59,7 @@ class Microphone(MediaStreamTrack):
             self._pending = self._pending[take:]
             if np.sqrt(np.mean(out.astype(np.float64) ** 2)) > AUDIBLE_RMS:
                 self.last_audible = now
-        frame = AudioFrame.from_ndarray(out[None, :], format="s16", layout="mono")
-        frame.sample_rate = RATE
-        frame.pts = self._pts
-        frame.time_base = fractions.Fraction(1, RATE)
-        return frame
+        return audio_frame(out, pts)
 
 
 @dataclass
@@ -107,18 +93,9 @@ class Call:
 
 
 async def _listen(track: MediaStreamTrack, heard: list[Heard], news: asyncio.Event) -> None:
-    resampler = AudioResampler(format="s16", layout="mono", rate=RATE)
-    while True:
-        try:
-            frame = await track.recv()
-        except MediaStreamError:
-            return
-        if not isinstance(frame, AudioFrame):
-            continue
-        for out in resampler.resample(frame):
-            pcm = out.to_ndarray().reshape(-1).astype(np.float64)
-            heard.append(Heard(time.monotonic(), float(np.sqrt(np.mean(pcm**2)))))
-            news.set()
+    async for at, pcm in track_pcm(track):
+        heard.append(Heard(at, float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2)))))
+        news.set()
 
 
 async def offer_sdp(pc: RTCPeerConnection) -> str:

@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+from openai import BaseModel as SdkModel
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
@@ -183,6 +184,14 @@ class Playback:
     response_id: str
     item_id: str | None = None
     played_ms: int = 0
+
+
+# What each playout report tells the client ("dropped" tells nothing: its event went).
+_PLAYBACK_EVENTS: dict[str, type[SdkModel]] = {
+    "started": OutputAudioBufferStarted,
+    "stopped": OutputAudioBufferStopped,
+    "cleared": OutputAudioBufferCleared,
+}
 
 
 @dataclass(frozen=True)
@@ -522,11 +531,7 @@ class Session:
         return detector
 
     async def _on_append(self, event: protocol.InputAudioBufferAppend) -> None:
-        incoming_ms = self.config.input_format.ms_of(len(event.pcm))
-        if (
-            self.detector is None
-            and self.buffer.pos_to_ms(len(self.buffer)) + incoming_ms > self.limits.max_buffer_ms
-        ):
+        if self._no_room_for(self.config.input_format.ms_of(len(event.pcm))):
             # Refused before decoding, so the decoder's state holds nothing of it.
             raise protocol.ProtocolError(
                 "input_audio_buffer_full",
@@ -542,23 +547,27 @@ class Session:
             ) from None
         await self._take_audio(pcm, event.received_at)
 
+    def _no_room_for(self, incoming_ms: float) -> bool:
+        """Without turn detection the buffer only grows until the client commits or
+        clears it: audio that would take it past `max_buffer_ms` is refused."""
+        held_ms = self.buffer.pos_to_ms(len(self.buffer))
+        return self.detector is None and held_ms + incoming_ms > self.limits.max_buffer_ms
+
     async def _on_track_audio(self, audio: TrackAudio) -> None:
-        if self.detector is None:
-            # Without turn detection a track fills the buffer until the client commits
-            # or clears it; past the bound its audio is dropped, and said so once.
-            room = self.buffer.ms_to_pos(self.limits.max_buffer_ms) - len(self.buffer)
-            if room < len(audio.pcm):
-                if not self._track_overflow_told:
-                    self._track_overflow_told = True
-                    self._error(
-                        protocol.ProtocolError(
-                            "input_audio_buffer_full",
-                            f"The input audio buffer holds at most {self.limits.max_buffer_ms}"
-                            " ms; commit or clear it. Track audio is dropped until then.",
-                        )
+        # A track cannot be refused an append at a time: past the bound its audio is
+        # dropped, and the client told once.
+        if self._no_room_for(len(audio.pcm) * 1000 / PCM_RATE):
+            if not self._track_overflow_told:
+                self._track_overflow_told = True
+                self._error(
+                    protocol.ProtocolError(
+                        "input_audio_buffer_full",
+                        f"The input audio buffer holds at most {self.limits.max_buffer_ms}"
+                        " ms; commit or clear it. Track audio is dropped until then.",
                     )
-                return
-            self._track_overflow_told = False
+                )
+            return
+        self._track_overflow_told = False
         await self._take_audio(audio.pcm, audio.received_at)
 
     async def _take_audio(self, pcm: npt.NDArray[np.int16], received_at: float | None) -> None:
@@ -661,13 +670,9 @@ class Session:
         """Tell the client what the server's playout did; when it dropped the rest of
         an item's audio, the item keeps only what was played (as OpenAI truncates an
         interrupted answer over WebRTC by itself)."""
-        kinds = {
-            "started": OutputAudioBufferStarted,
-            "stopped": OutputAudioBufferStopped,
-            "cleared": OutputAudioBufferCleared,
-        }
-        if played.kind in kinds:
-            self.emit.control(kinds[played.kind], response_id=played.response_id)
+        announced = _PLAYBACK_EVENTS.get(played.kind)
+        if announced is not None:
+            self.emit.control(announced, response_id=played.response_id)
         if played.kind != "started" and played.response_id == self._last_answer:
             # The server played it: its playback ended now, not at the estimate made
             # when the answer ended (held speech and idle_timeout_ms count from here).

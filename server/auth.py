@@ -214,17 +214,23 @@ def parse_client_secret_request(body: bytes) -> ClientSecretRequest:
         raise ApiError(400, "invalid_json", "The request body is not valid JSON.") from None
     if not isinstance(raw, dict):
         raise ApiError(400, "invalid_json", "The request body must be a JSON object.")
+    return client_secret_request(raw)
+
+
+def client_secret_request(raw: dict[str, Any]) -> ClientSecretRequest:
+    """A parsed request body checked, its preset in GA shape (as a session.update's
+    session is), or ApiError 400 naming the offending `param`. A WebRTC call's
+    `session` is checked here too."""
     try:
         request = ClientSecretRequest.model_validate(raw)
     except ValidationError as exc:
-        raise _bad_request(validation_error(exc, None)) from None
+        raise bad_request(validation_error(exc, None)) from None
     if request.session is None:
         return request
-    # The preset in GA shape, as a session.update's session is.
     try:
         session = normalize_session(request.session)
     except ProtocolError as exc:
-        raise _bad_request(exc) from None
+        raise bad_request(exc) from None
     return request.model_copy(update={"session": session})
 
 
@@ -245,7 +251,7 @@ def create_client_secret(
         try:
             config = apply_update(config, preset, audio_started=False)
         except ProtocolError as exc:
-            raise _bad_request(exc) from None
+            raise bad_request(exc) from None
     ttl = request.expires_after.seconds if request.expires_after else default_ttl_s
     # Written out as session.created will write it, so that a session too deep for
     # its events is refused now, not when the key opens it.
@@ -273,5 +279,6 @@ def _unwritable() -> ApiError:
     )
 
 
-def _bad_request(exc: ProtocolError) -> ApiError:
+def bad_request(exc: ProtocolError) -> ApiError:
+    """A refused session or preset as an HTTP 400 with OpenAI's error body."""
     return ApiError(400, exc.code, exc.message, exc.param, exc.type)

@@ -21,18 +21,16 @@ from dataclasses import dataclass
 
 from fastapi import Request
 from fastapi.responses import Response
-from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
-from engine.protocol import (
-    ProtocolError,
-    SessionIn,
-    loads_json,
-    normalize_session,
-    validation_error,
+from engine.protocol import ProtocolError, SessionIn, loads_json
+from server.auth import (
+    MAX_BODY_BYTES,
+    ApiError,
+    bad_request,
+    client_secret_request,
+    presented_key,
 )
-from engine.session_config import SessionConfig, apply_update
-from server.auth import MAX_BODY_BYTES, ApiError, ClientSecretRequest, presented_key
 from server.logs import session_var
 from server.realtime import SHUTDOWN_REASON, RealtimeEndpoint
 from server.webrtc import Call, CallError
@@ -50,18 +48,7 @@ class Offer:
 
 def _session_of(raw: object) -> SessionIn | None:
     """The `session` part, checked as `client_secrets` checks its own."""
-    if raw is None:
-        return None
-    try:
-        request = ClientSecretRequest.model_validate({"session": raw})
-    except ValidationError as exc:
-        raise _bad_request(validation_error(exc, None)) from None
-    if request.session is None:
-        return None
-    try:
-        return normalize_session(request.session)
-    except ProtocolError as exc:
-        raise _bad_request(exc) from None
+    return None if raw is None else client_secret_request({"session": raw}).session
 
 
 def _json(text: str | bytes, what: str) -> object:
@@ -125,10 +112,6 @@ async def _read_offer(request: Request) -> Offer:
     return offer_of(content_type, body)
 
 
-def _bad_request(exc: ProtocolError) -> ApiError:
-    return ApiError(400, exc.code, exc.message, exc.param, exc.type)
-
-
 class CallsEndpoint:
     """Opens calls into the realtime endpoint's sessions, and hangs them up."""
 
@@ -145,12 +128,10 @@ class CallsEndpoint:
         model = ephemeral.model if ephemeral else request.query_params.get("model")
         model = model or endpoint.settings.model
         presets = tuple(p for p in (ephemeral.preset if ephemeral else None, offer.session) if p)
-        try:  # as the session will apply them: a bad one is a 400 now, not an error later
-            config = SessionConfig(model=model)
-            for preset in presets:
-                config = apply_update(config, preset, audio_started=False)
+        try:  # the session applies them: a bad one is a 400 now, not an error later
+            session = endpoint.new_session(model, presets)
         except ProtocolError as exc:
-            raise _bad_request(exc) from None
+            raise bad_request(exc) from None
         if endpoint.at_capacity():
             limit = endpoint.settings.max_sessions
             raise ApiError(
@@ -162,7 +143,6 @@ class CallsEndpoint:
         endpoint.admit()
         call_id = "rtc_" + secrets.token_hex(12)
         try:
-            session = endpoint.new_session(model, presets)
             call = Call(call_id, session, endpoint.settings)
             try:
                 answer = await call.answer(offer.sdp)

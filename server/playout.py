@@ -13,8 +13,6 @@ with what of the item was played, for the session to truncate it to.
 
 from __future__ import annotations
 
-import asyncio
-import fractions
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,9 +25,7 @@ from av import AudioFrame
 
 from engine.session import Playback
 from models.base import PCM_RATE
-
-FRAME_MS = 20
-FRAME = PCM_RATE * FRAME_MS // 1000  # samples per frame at 24 kHz
+from server.rtc_audio import FRAME, FrameClock, audio_frame
 
 
 @dataclass
@@ -132,23 +128,10 @@ class PlayoutTrack(MediaStreamTrack):
     def __init__(self, queue: PlayoutQueue, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.queue = queue
-        self._clock = clock
-        self._start: float | None = None
-        self._pts = 0
+        self._frames = FrameClock(clock)
 
     async def recv(self) -> AudioFrame:
         if self.readyState != "live":
             raise MediaStreamError
-        if self._start is None:
-            self._start = self._clock()
-        else:
-            self._pts += FRAME
-            wait = self._start + self._pts / PCM_RATE - self._clock()
-            if wait > 0:
-                await asyncio.sleep(wait)
-        pcm = self.queue.next_frame()
-        frame = AudioFrame.from_ndarray(pcm[None, :], format="s16", layout="mono")
-        frame.sample_rate = PCM_RATE
-        frame.pts = self._pts
-        frame.time_base = fractions.Fraction(1, PCM_RATE)
-        return frame
+        pts = await self._frames.next_pts()
+        return audio_frame(self.queue.next_frame(), pts)

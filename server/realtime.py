@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from typing import Any
@@ -34,7 +35,6 @@ from engine.protocol import (
     InputAudioBufferAppend,
     ProtocolError,
     SessionIn,
-    parse_client_event,
     to_beta_text,
     wants_beta,
 )
@@ -272,7 +272,9 @@ class RealtimeEndpoint:
                     await ws.send_text(text)
 
         writer = asyncio.create_task(write(), name="sideband-writer")
-        reader = asyncio.create_task(self._read_sideband(ws, call), name="sideband-reader")
+        reader = asyncio.create_task(
+            self._read(ws, call.session, on_call=True), name="sideband-reader"
+        )
         try:
             done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
             if writer in done:  # the call ended (or this socket stopped reading)
@@ -284,20 +286,6 @@ class RealtimeEndpoint:
             call.detach(sideband)
             reader.cancel()
             writer.cancel()
-
-    async def _read_sideband(self, ws: WebSocket, call: Call) -> None:
-        limit = self.settings.max_message_bytes
-        with contextlib.suppress(WebSocketDisconnect):
-            while True:
-                message = await ws.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                text = message.get("text")
-                if text is None:
-                    error = ProtocolError("invalid_json", "Binary frames are not accepted.")
-                    await call.session.submit(error)
-                    continue
-                await submit_text(call.session, text, limit, on_call=True)
 
     def _closed(self, session_id: str | None, code: int) -> None:
         if self.observer is not None:
@@ -351,10 +339,12 @@ class RealtimeEndpoint:
             runner.cancel()
             writer.cancel()
 
-    async def _read(self, ws: WebSocket, session: Session) -> int:
+    async def _read(self, ws: WebSocket, session: Session, *, on_call: bool = False) -> int:
         """Hand the client's events to the session until it disconnects; its close
-        code (1005: none given)."""
+        code (1005: none given). `on_call`: a sideband of a WebRTC call, whose audio
+        comes from the call's track."""
         limit = self.settings.max_message_bytes
+        observe = None if self.observer is None else functools.partial(self._observe, session)
         try:
             while True:
                 message = await ws.receive()
@@ -368,14 +358,7 @@ class RealtimeEndpoint:
                         )
                     )
                     continue
-                try:
-                    event = parse_client_event(text, limit)
-                except ProtocolError as exc:
-                    await session.submit(exc)
-                    continue
-                if self.observer is not None:
-                    event = self._observe(session, event)
-                await session.submit(event)
+                await submit_text(session, text, limit, on_call=on_call, observe=observe)
         except WebSocketDisconnect as gone:
             return gone.code
 

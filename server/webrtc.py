@@ -20,24 +20,27 @@ import contextlib
 import dataclasses
 import json
 import logging
-import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-import numpy as np
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 from aiortc.jitterbuffer import JitterBuffer
-from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.mediastreams import MediaStreamTrack
 from aiortc.rtcdatachannel import RTCDataChannel
 from aiortc.rtcrtpreceiver import RTCRtpReceiver
-from av import AudioFrame, AudioResampler
+from openai.types.realtime import RealtimeErrorEvent
 
-from engine.emitter import OutEvent
-from engine.protocol import InputAudioBufferAppend, ProtocolError, parse_client_event
+from engine.emitter import OutEvent, build
+from engine.protocol import (
+    ClientEvent,
+    InputAudioBufferAppend,
+    ProtocolError,
+    parse_client_event,
+)
 from engine.session import Session
-from models.base import PCM_RATE
 from server.config import Settings
 from server.playout import PlayoutQueue, PlayoutTrack
+from server.rtc_audio import track_pcm
 
 log = logging.getLogger(__name__)
 
@@ -151,19 +154,8 @@ class Call:
             self._spawn(self._read_track(track), "track-in")
 
     async def _read_track(self, track: MediaStreamTrack) -> None:
-        # Opus decodes to 48 kHz stereo; the session takes 24 kHz mono.
-        resampler = AudioResampler(format="s16", layout="mono", rate=PCM_RATE)
-        while True:
-            try:
-                frame = await track.recv()
-            except MediaStreamError:
-                return
-            received = time.monotonic()
-            if not isinstance(frame, AudioFrame):
-                continue
-            for out in resampler.resample(frame):
-                pcm = out.to_ndarray().reshape(-1).astype(np.int16, copy=False)
-                await self.session.feed(pcm.copy(), received)
+        async for received, pcm in track_pcm(track):
+            await self.session.feed(pcm, received)
 
     # --- events in ------------------------------------------------------------------
 
@@ -367,14 +359,22 @@ def too_large_error(event_id: str, kind: str, size: int) -> str:
     """The `error` event that stands in for a server event the data channel cannot
     carry: the client learns what it missed."""
     message = f"A {kind} event of {size} bytes is larger than this call's data channel carries."
-    error: dict[str, str | None] = {"type": "server_error", "code": "event_too_large"}
-    error |= {"message": message, "param": None, "event_id": None}
-    return json.dumps({"type": "error", "event_id": event_id, "error": error})
+    error = {"type": "server_error", "code": "event_too_large", "message": message}
+    event = build(RealtimeErrorEvent, event_id, error=error | {"param": None, "event_id": None})
+    return event.model_dump_json(exclude_unset=True)
 
 
-async def submit_text(session: Session, text: str, limit: int, *, on_call: bool) -> None:
-    """Parse one client event and hand it (or its error) to the session. On a call,
-    audio comes from the track, never as `input_audio_buffer.append`."""
+async def submit_text(
+    session: Session,
+    text: str,
+    limit: int,
+    *,
+    on_call: bool,
+    observe: Callable[[ClientEvent], ClientEvent] | None = None,
+) -> None:
+    """Parse one client event and hand it (or its error) to the session, after
+    `observe` (an observer's stamp). On a call (its data channel, a sideband), audio
+    comes from the track, never as `input_audio_buffer.append`."""
     try:
         event = parse_client_event(text, limit)
     except ProtocolError as exc:
@@ -391,4 +391,4 @@ async def submit_text(session: Session, text: str, limit: int, *, on_call: bool)
             )
         )
         return
-    await session.submit(event)
+    await session.submit(event if observe is None else observe(event))
