@@ -30,8 +30,9 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from models.base import Prompt, PromptItem
+from models.base import Prompt, PromptItem, Tool
 from models.speech.audio import resample_int16
+from models.tool_text import call_text, result_text, tools_block
 
 PromptStyle = Literal["qwen2_audio", "ultravox", "minicpmo", "voxtral"]
 PROMPT_STYLES: tuple[PromptStyle, ...] = get_args(PromptStyle)
@@ -41,6 +42,9 @@ DEFAULT_SYSTEM = (
     "Do not use lists, markdown or emoji."
 )
 TokenCounter = Callable[[str], int]
+# The styles whose models read tools in the prompt and write calls in the Hermes
+# format (ChatML models: Qwen's chat templates; models/tool_text.py).
+TOOL_STYLES: tuple[PromptStyle, ...] = ("qwen2_audio", "minicpmo")
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,7 @@ class AudioPrompt:
     style: PromptStyle
     system: str
     turns: tuple[Turn, ...]
+    tools: tuple[Tool, ...] = ()  # in the prompt: the model may call them
 
     @property
     def audios(self) -> list[np.ndarray]:
@@ -151,12 +156,12 @@ class AudioPrompt:
 
     def render(self) -> str:
         """The prompt text, ending with the assistant's turn open."""
-        parts = [render_system(self.style, self.system)]
+        parts = [render_system(self.style, self.system, self.tools)]
         index = 0
         for turn in self.turns:
             if turn.audio is not None:
                 index += 1
-            parts.append(render_turn(self.style, turn, index))
+            parts.append(render_turn(self.style, turn, index, tools=bool(self.tools)))
         parts.append(GENERATION_PROMPT[self.style])
         return "".join(parts)
 
@@ -169,7 +174,9 @@ GENERATION_PROMPT: dict[PromptStyle, str] = {
 }
 
 
-def render_system(style: PromptStyle, system: str) -> str:
+def render_system(style: PromptStyle, system: str, tools: tuple[Tool, ...] = ()) -> str:
+    if tools:
+        system += tools_block(tools)  # only TOOL_STYLES get tools (build_audio_prompt)
     if style == "ultravox":
         return f"<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>"
     if style == "voxtral":
@@ -187,9 +194,18 @@ def _placeholder(style: PromptStyle, index: int) -> str:
     return "[BEGIN_AUDIO][AUDIO]"  # for counting only: mistral_common writes Voxtral's
 
 
-def render_turn(style: PromptStyle, turn: Turn, audio_index: int) -> str:
-    """One turn; `audio_index` numbers the clip (1-based) when the turn has audio."""
+def render_turn(style: PromptStyle, turn: Turn, audio_index: int, *, tools: bool = False) -> str:
+    """One turn; `audio_index` numbers the clip (1-based) when the turn has audio.
+    With `tools` in the prompt a function call and its result are written as the
+    model writes and reads them, else as prose."""
     content = _placeholder(style, audio_index) if turn.audio is not None else turn.text
+    if tools and turn.tool is not None:
+        tool = turn.tool
+        content = (
+            call_text(tool.name, tool.arguments)
+            if tool.output is None
+            else result_text(tool.output)
+        )
     if style == "ultravox":
         return f"<|start_header_id|>{turn.role}<|end_header_id|>\n\n{content}<|eot_id|>"
     if style == "voxtral":
@@ -242,7 +258,9 @@ def build_audio_prompt(
         t for i in prompt.items if i.role == "system" and (t := _item_text(i, transcripts))
     ]
     system = "\n".join(system_parts)
-    used = count_tokens(render_system(style, system)) + count_tokens(GENERATION_PROMPT[style])
+    tools = prompt.tools if style in TOOL_STYLES and prompt.tool_choice != "none" else ()
+    used = count_tokens(render_system(style, system, tools))
+    used += count_tokens(GENERATION_PROMPT[style])
     if used > budget:
         raise PromptTooLong(f"the instructions alone take {used} tokens of a {budget} budget")
 
@@ -287,7 +305,7 @@ def build_audio_prompt(
                 break  # audio we can neither fit nor read: the history ends here
             continue
         turn = Turn(role, text=text, tool=_tool_of(item))
-        cost = count_tokens(render_turn(style, turn, 0))
+        cost = count_tokens(render_turn(style, turn, 0, tools=bool(tools)))
         if used + cost > budget:
             break
         used += cost
@@ -295,4 +313,4 @@ def build_audio_prompt(
     kept.reverse()
     while kept and kept[0].role == "assistant":
         kept.pop(0)  # a chat starts with the user
-    return AudioPrompt(style, system, tuple(kept))
+    return AudioPrompt(style, system, tuple(kept), tools)

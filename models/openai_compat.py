@@ -39,12 +39,13 @@ import httpx
 import numpy as np
 
 from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
-from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt, Tool
+from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt
 from models.speech.asr import SpeechRecognizer
 from models.speech.audio import resample_int16
 from models.speech.speaker import Speaker
 from models.speech.tts import wav_samples
 from models.text_then_speech import RequestState, TextThenSpeechExecutor, TextThenSpeechStats
+from models.tool_text import tool_schema
 
 log = logging.getLogger(__name__)
 
@@ -141,14 +142,6 @@ def chat_messages(prompt: AudioPrompt) -> list[dict[str, Any]]:
         else:
             messages.append({"role": turn.role, "content": turn.text})
     return messages
-
-
-def chat_tool(tool: Tool) -> dict[str, Any]:
-    """A session's function tool as a Chat Completions tool."""
-    function: dict[str, Any] = {"name": tool.name, "parameters": json.loads(tool.parameters)}
-    if tool.description:
-        function["description"] = tool.description
-    return {"type": "function", "function": function}
 
 
 def chat_tool_choice(choice: str) -> str | dict[str, Any]:
@@ -299,7 +292,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             "temperature": o.temperature,
         }
         if prompt.tools and prompt.tool_choice != "none":
-            body["tools"] = [chat_tool(t) for t in prompt.tools]
+            body["tools"] = [tool_schema(t) for t in prompt.tools]
             body["tool_choice"] = chat_tool_choice(prompt.tool_choice)
         if o.audio_output and "audio" in prompt.output_modalities:
             body["modalities"] = ["text", "audio"]

@@ -38,11 +38,12 @@ from models.audio_prompt import (
     style_of_model_dir,
     tokenizer_counter,
 )
-from models.base import OutputChunk, Prompt
+from models.base import FunctionCall, OutputChunk, Prompt
 from models.errors import ModelMissing
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker
 from models.text_then_speech import RequestState, TextThenSpeechExecutor, TextThenSpeechStats
+from models.tool_text import CallSplitter, forced_calls, forced_schema
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,18 @@ class VllmOptions:
     dtype: str = "auto"
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How one request is sampled."""
+
+    max_tokens: int
+    temperature: float
+    json_schema: dict[str, Any] | None = None  # the answer must be this JSON (a forced call)
+    # Special tokens stay in the text: the model may call tools, and some models' call
+    # tags are special tokens.
+    keep_special: bool = False
+
+
 class EngineLike(Protocol):
     """The part of vLLM's `AsyncLLM` Parley uses (see tests/support/fake_vllm.py)."""
 
@@ -81,9 +94,14 @@ class VllmBackend(Protocol):
 
     def start_engine(self, options: VllmOptions, style: PromptStyle) -> EngineLike: ...
 
-    def sampling_params(self, *, max_tokens: int, temperature: float) -> Any: ...
+    def sampling_params(self, decoding: Decoding) -> Any: ...
 
     def engine_input(self, prompt: AudioPrompt) -> Any: ...
+
+    def tool_calls(self, text: str) -> list[tuple[str, str]]:
+        """The calls in an answer that began a `<tool_call>`: (name, arguments JSON)
+        pairs, read by vLLM's `hermes` tool parser; [] when none is well formed."""
+        ...
 
 
 def text_prompt(prompt: AudioPrompt) -> dict[str, Any]:
@@ -94,11 +112,24 @@ def text_prompt(prompt: AudioPrompt) -> dict[str, Any]:
     return data
 
 
+def structured_outputs(json_schema: dict[str, Any] | None) -> Any:
+    """vLLM's structured outputs for an answer that must be `json_schema`'s JSON,
+    with no free whitespace (a small model may otherwise write spaces to its token
+    limit)."""
+    if json_schema is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    return StructuredOutputsParams(json=json_schema, disable_any_whitespace=True)
+
+
 class InstalledVllm:
     """The real vLLM, imported here and only here."""
 
     def __init__(self) -> None:
         self._mistral: Any = None  # Voxtral's tokenizer (mistral_common)
+        self._engine: Any = None
+        self._parser: Any = None  # vLLM's hermes tool parser, made on first use
 
     def start_engine(self, options: VllmOptions, style: PromptStyle) -> EngineLike:
         try:
@@ -126,15 +157,30 @@ class InstalledVllm:
             **extra,
         )
         engine: EngineLike = AsyncLLMEngine.from_engine_args(args)
+        self._engine = engine
         return engine
 
-    def sampling_params(self, *, max_tokens: int, temperature: float) -> Any:
+    def sampling_params(self, decoding: Decoding) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         return SamplingParams(
-            max_tokens=max_tokens, temperature=temperature, output_kind=RequestOutputKind.DELTA
+            max_tokens=decoding.max_tokens,
+            temperature=decoding.temperature,
+            output_kind=RequestOutputKind.DELTA,
+            structured_outputs=structured_outputs(decoding.json_schema),
+            skip_special_tokens=not decoding.keep_special,
         )
+
+    def tool_calls(self, text: str) -> list[tuple[str, str]]:
+        from vllm.tool_parsers import ToolParserManager
+
+        if self._parser is None:
+            parser = ToolParserManager.get_tool_parser("hermes")
+            self._parser = parser(self._engine.tokenizer)
+        # The hermes parser reads only the text (the request is for other parsers).
+        found = self._parser.extract_tool_calls(text, request=None)
+        return [(c.function.name, c.function.arguments) for c in found.tool_calls]
 
     def engine_input(self, prompt: AudioPrompt) -> Any:
         if prompt.style != "voxtral":
@@ -165,6 +211,18 @@ class InstalledVllm:
         encoded = self._mistral.encode_chat_completion(ChatCompletionRequest(messages=messages))
         audios = [(a.audio_array, a.sampling_rate) for a in encoded.audios]
         return {"prompt_token_ids": encoded.tokens, "multi_modal_data": {"audio": audios}}
+
+
+async def _said(
+    pieces: AsyncGenerator[str, None], splitter: CallSplitter
+) -> AsyncGenerator[str, None]:
+    """The answer's text up to a tool call; the call is held in `splitter`."""
+    async with contextlib.aclosing(pieces):
+        async for piece in pieces:
+            if text := splitter.feed(piece):
+                yield text
+    if text := splitter.end():
+        yield text
 
 
 @dataclass
@@ -242,22 +300,38 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
             transcripts=self.transcripts.known,
             max_audio=self.options.max_audio_items,
         )
+        tools = prompt.tools if prompt.tool_choice != "none" else ()
+        schema = forced_schema(tools, prompt.tool_choice)
+        splitter = CallSplitter() if audio_prompt.tools and schema is None else None
         params = self.backend.sampling_params(
-            max_tokens=limit, temperature=self.options.temperature
+            Decoding(limit, self.options.temperature, schema, keep_special=splitter is not None)
         )
         state = self._begin(request_id, _Request())
         try:
             stream = engine.generate(self.backend.engine_input(audio_prompt), params, request_id)
             pieces = self._text(stream, request_id, state)
-            if "audio" not in prompt.output_modalities:
+            calls: list[tuple[str, str]] = []
+            if schema is not None:  # a forced call: JSON, not speech
                 async with contextlib.aclosing(pieces):
-                    async for piece in pieces:
-                        yield OutputChunk(text=piece)
+                    answer = "".join([piece async for piece in pieces])
+                calls = forced_calls(answer, prompt.tool_choice) or []
             else:
-                async with contextlib.aclosing(self._speak(pieces, request_id, state)) as spoken:
-                    async for chunk in spoken:
-                        yield chunk
-            if state.finish_reason == "length" and not state.aborted:
+                said = pieces if splitter is None else _said(pieces, splitter)
+                if "audio" not in prompt.output_modalities:
+                    async with contextlib.aclosing(said):
+                        async for piece in said:
+                            yield OutputChunk(text=piece)
+                else:
+                    async with contextlib.aclosing(self._speak(said, request_id, state)) as spoken:
+                        async for chunk in spoken:
+                            yield chunk
+                if splitter is not None and splitter.calling and not state.aborted:
+                    calls = self.backend.tool_calls(splitter.held)
+            for i, (name, arguments) in enumerate(calls):
+                if not state.aborted:  # after what was said before them
+                    call = FunctionCall(name, arguments, f"call_{request_id}_{i}")
+                    yield OutputChunk(function_call=call)
+            if state.finish_reason == "length" and not state.aborted and not calls:
                 yield OutputChunk(finish="length")
         finally:
             self._requests.pop(request_id, None)

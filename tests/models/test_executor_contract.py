@@ -190,7 +190,14 @@ async def vllm_kit() -> Kit:
         assert rid in engine.aborted and rid not in engine.running
 
     return Kit(
-        ex, engine.hold, first_sentence, engine.free, fail, lambda: len(engine.requests), stopped
+        ex,
+        engine.hold,
+        first_sentence,
+        engine.free,
+        fail,
+        lambda: len(engine.requests),
+        stopped,
+        calls_tools=True,
     )
 
 

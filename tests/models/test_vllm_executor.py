@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from bench.speech import load_wav
-from models.base import OutputChunk, Prompt, PromptItem
+from models.base import OutputChunk, Prompt, PromptItem, Tool
 from models.errors import ModelMissing
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
@@ -329,3 +329,87 @@ async def test_aborting_the_adopting_response_aborts_the_speculative_request() -
     await stream.aclose()
     await engine.free()
     await ex.aclose()
+
+
+# --- function calling ------------------------------------------------------------------
+
+ORDER_TOOL = Tool(
+    "lookup_order",
+    "Look up an order.",
+    json.dumps({"type": "object", "properties": {"order_id": {"type": "string"}}}),
+)
+
+
+async def test_auto_tools_are_in_the_prompt_and_a_call_follows_the_words_said() -> None:
+    call = '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A1"}}\n</tool_call>'
+    engine = FakeAsyncLLM(reply=lambda _: "Let me look that up. " + call)
+    ex, _ = make(engine)
+    await ex.start()
+    chunks = [c async for c in ex.generate(prompt(tools=(ORDER_TOOL,)))]
+    ((engine_prompt, params, _),) = engine.requests
+    assert (
+        "<tools>\n" in engine_prompt["prompt"]
+        and '"name": "lookup_order"' in engine_prompt["prompt"]
+    )
+    assert params.json_schema is None and not params.skip_special_tokens
+    spoken = [c for c in chunks if c.audio is not None]
+    assert text(spoken) == "Let me look that up."
+    calls = [c.function_call for c in chunks if c.function_call is not None]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("lookup_order", {"order_id": "A1"})
+    ]
+    assert chunks[-1].function_call is not None  # after the speech
+    assert calls[0].call_id == "call_resp_1_0"
+
+
+async def test_a_named_tool_choice_is_forced_json_and_never_spoken() -> None:
+    ex, backend = make()
+    await ex.start()
+    chunks = [c async for c in ex.generate(prompt(tools=(ORDER_TOOL,), tool_choice="lookup_order"))]
+    ((_, params, _),) = backend.engine.requests
+    assert params.json_schema == json.loads(ORDER_TOOL.parameters)
+    assert [c.audio for c in chunks if c.audio is not None] == []
+    assert text(chunks) == ""
+    (call,) = [c.function_call for c in chunks if c.function_call is not None]
+    assert call.name == "lookup_order" and json.loads(call.arguments) == {"order_id": "order_id-1"}
+
+
+async def test_a_forced_call_cut_at_the_token_limit_is_a_length_finish() -> None:
+    ex, backend = make(max_output_tokens=1)
+    backend.engine.reply = lambda _: "unused"
+    await ex.start()
+    many = Tool("f", parameters=json.dumps({"type": "object", "properties": {"a": {}, "b": {}}}))
+    chunks = [c async for c in ex.generate(prompt(tools=(many,), tool_choice="f"))]
+    assert [c.function_call for c in chunks if c.function_call] == []
+    assert chunks[-1].finish == "length"
+
+
+async def test_tool_choice_none_leaves_the_tools_out_and_a_call_result_is_read_back() -> None:
+    items = (
+        PromptItem("u1", "user", text="Where is my order?"),
+        PromptItem(
+            "c1",
+            "assistant",
+            kind="function_call",
+            call_id="call_1",
+            name="lookup_order",
+            arguments='{"order_id": "A1"}',
+        ),
+        PromptItem("o1", "user", kind="function_call_output", call_id="call_1", output="shipped"),
+    )
+    ex, backend = make()
+    await ex.start()
+    with_tools = Prompt("r1", "", items, output_modalities=("text",), tools=(ORDER_TOOL,))
+    chunks = [c async for c in ex.generate(with_tools)]
+    assert "The function said shipped." in text(chunks)
+    rendered = backend.engine.requests[0][0]["prompt"]
+    assert "<|im_start|>assistant\n<tool_call>\n" in rendered
+    assert "<|im_start|>user\n<tool_response>\nshipped\n</tool_response><|im_end|>" in rendered
+    none = Prompt(
+        "r2", "", items, output_modalities=("text",), tools=(ORDER_TOOL,), tool_choice="none"
+    )
+    [c async for c in ex.generate(none)]
+    rendered = backend.engine.requests[1][0]["prompt"]
+    assert "<tools>" not in rendered and "<tool_call>" not in rendered
+    assert "returned: shipped" in rendered  # as prose
+    assert backend.engine.requests[1][1].skip_special_tokens

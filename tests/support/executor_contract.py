@@ -37,6 +37,7 @@ class Kit:
     recognizes: bool = False  # the executor runs Parley's speech recognizer
     # Its model calls function tools; else the tools are kept and it answers in speech.
     calls_tools: bool = False
+    reads_results: bool = True  # its answer after a call says what the call returned
 
 
 def done(h: Harness) -> list[dict[str, Any]]:
@@ -137,7 +138,13 @@ LOOKUP_TOOL = {
     "type": "function",
     "name": "lookup_order",
     "description": "Looks up an order by its id.",
-    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+    # The enum leaves a random model nothing to invent under structured outputs.
+    "parameters": {
+        "type": "object",
+        "properties": {"order_id": {"type": "string", "enum": ["A-17"]}},
+        "required": ["order_id"],
+        "additionalProperties": False,
+    },
 }
 
 
@@ -170,6 +177,7 @@ async def a_function_call_round_trips_or_the_tools_are_kept(kit: Kit) -> None:
         answer = done(h)[1]
         assert answer["status"] == "completed", answer
         assert audio_deltas(h, answer["id"])
-        assert "shipped" in answer["output"][0]["content"][0]["transcript"]
+        if kit.reads_results:
+            assert "shipped" in answer["output"][0]["content"][0]["transcript"]
         assert kit.requests() == 2
         assert not h.errors()

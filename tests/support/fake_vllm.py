@@ -12,12 +12,14 @@ them flow; `fail` makes the next `generate` raise, as a dead engine does.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from models.audio_prompt import PromptStyle
-from models.vllm_engine import EngineLike, InstalledVllm, VllmOptions
+from models.vllm_engine import Decoding, EngineLike, InstalledVllm, VllmOptions
 from tests.support.throttle import Throttled
 
 
@@ -47,13 +49,31 @@ class SamplingParams:
     max_tokens: int
     temperature: float
     output_kind: str = "DELTA"
+    json_schema: dict[str, Any] | None = None  # vLLM's structured_outputs.json
+    skip_special_tokens: bool = True
+
+
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+_RESULT = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 
 
 def default_reply(prompt: dict[str, Any]) -> str:
+    """Says how many clips it heard, and reads back the last function result in the
+    prompt, as a model answering from it would."""
     clips = len(prompt.get("multi_modal_data", {}).get("audio", []))
+    results = _RESULT.findall(prompt.get("prompt", ""))
+    if results:
+        return f"I heard {clips} clips. The function said {results[-1]}. That is all."
     return (
         f"I heard {clips} clips. The fake engine answers in three sentences. This is the last one."
     )
+
+
+def forced_reply(schema: dict[str, Any]) -> str:
+    """What structured outputs lets a model write for `schema`: an object with each
+    property its enum's first value, else a string (the shapes the tests ask for)."""
+    properties = schema.get("properties", {})
+    return json.dumps({k: v.get("enum", [f"{k}-1"])[0] for k, v in properties.items()})
 
 
 @dataclass
@@ -77,7 +97,9 @@ class FakeAsyncLLM(Throttled):
             raise RuntimeError(message)
         self.requests.append((prompt, sampling_params, request_id))
         self.running.add(request_id)
-        words = self.reply(prompt).split(" ")
+        schema = sampling_params.json_schema
+        reply = self.reply(prompt) if schema is None else forced_reply(schema)
+        words = reply.split(" ")
         cut = len(words) > sampling_params.max_tokens
         words = words[: sampling_params.max_tokens]
         token = 0
@@ -130,5 +152,19 @@ class FakeVllm(InstalledVllm):
         self.started.append((options, style))
         return self.engine
 
-    def sampling_params(self, *, max_tokens: int, temperature: float) -> Any:
-        return SamplingParams(max_tokens=max_tokens, temperature=temperature)
+    def sampling_params(self, decoding: Decoding) -> Any:
+        return SamplingParams(
+            max_tokens=decoding.max_tokens,
+            temperature=decoding.temperature,
+            json_schema=decoding.json_schema,
+            skip_special_tokens=not decoding.keep_special,
+        )
+
+    def tool_calls(self, text: str) -> list[tuple[str, str]]:
+        """vLLM's hermes parser, in short: each `<tool_call>` JSON (the last may be
+        unclosed); nothing when one is not JSON."""
+        try:
+            found = [json.loads(a or b) for a, b in _CALL.findall(text)]
+        except json.JSONDecodeError:
+            return []
+        return [(c["name"], json.dumps(c["arguments"])) for c in found]

@@ -23,7 +23,7 @@ import websockets
 
 from bench.speech import load_wav, silence
 from models.audio_prompt import AudioPrompt
-from models.vllm_engine import InstalledVllm, VllmExecutor
+from models.vllm_engine import Decoding, InstalledVllm, VllmExecutor
 from server.app import create_app, make_executor
 from server.cli import uvicorn_options
 from server.config import Settings
@@ -56,11 +56,15 @@ class TinyVllm(InstalledVllm):
         self.plan = Plan()
         self.newline = newline_id(model)
         self.allowed = speakable_ids(model)
+        self.inputs: list[dict[str, Any]] = []  # what the engine was given, in order
 
-    def sampling_params(self, *, max_tokens: int, temperature: float) -> Any:
+    def sampling_params(self, decoding: Decoding) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        if decoding.json_schema is not None:  # a forced call: the real parameters, grammar
+            return super().sampling_params(decoding)
+        max_tokens, temperature = decoding.max_tokens, decoding.temperature
         n = min(self.plan.next_length(), max_tokens)
         long = n > SHORT
         return SamplingParams(
@@ -74,10 +78,12 @@ class TinyVllm(InstalledVllm):
             logit_bias={self.newline: NEWLINE_BIAS},
             allowed_token_ids=self.allowed,
             output_kind=RequestOutputKind.DELTA,
+            skip_special_tokens=not decoding.keep_special,
         )
 
     def engine_input(self, prompt: AudioPrompt) -> Any:
         data = super().engine_input(prompt)
+        self.inputs.append(data)
         if self.plan.failing:
             self.plan.failing = False
             clip = (np.zeros(16_000, np.float32), 16_000)
@@ -185,6 +191,10 @@ def kit_of(ex: VllmExecutor) -> contract.Kit:
         lambda: engine.calls - base,
         stopped,
         failure_text="audio",
+        calls_tools=True,
+        # Random tokens: the answer after a call cannot read its result back; the
+        # prompt is checked for it instead (test_a_function_call_round_trips).
+        reads_results=False,
     )
 
 
@@ -229,6 +239,29 @@ async def test_an_engine_rejection_fails_the_response_and_the_session_lives(
     kit: contract.Kit,
 ) -> None:
     await contract.a_backend_failure_fails_the_response_and_the_session_lives(kit)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_function_call_round_trips(kit: contract.Kit) -> None:
+    """A named tool_choice is a forced call (structured outputs: the tiny model's
+    arguments are JSON by grammar); its result goes into the next prompt in the
+    Hermes format, with the tools."""
+    await contract.a_function_call_round_trips_or_the_tools_are_kept(kit)
+    assert isinstance(kit.executor, VllmExecutor)
+    backend = backend_of(kit.executor)
+    forced, answer = backend.inputs[-2:]
+    assert "<tools>\n" in forced["prompt"] and "<tools>\n" in answer["prompt"]
+    assert "<tool_response>\nshipped\n</tool_response>" in answer["prompt"]
+    assert '<|im_start|>assistant\n<tool_call>\n{"name": "lookup_order"' in answer["prompt"]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_vllms_hermes_parser_reads_a_call_after_words(executor: VllmExecutor) -> None:
+    """The parser the executor hands an "auto" answer's call to (a random model will
+    not write one), with the engine's own tokenizer."""
+    text = '<tool_call>\n{"name": "lookup_order", "arguments": {"order_id": "A1"}}\n</tool_call>'
+    assert backend_of(executor).tool_calls(text) == [("lookup_order", '{"order_id": "A1"}')]
+    assert backend_of(executor).tool_calls("<tool_call>\n{not json") == []
 
 
 # --- a WebSocket session on a real server ------------------------------------------------
