@@ -1,5 +1,6 @@
-"""Convert a Llama-architecture GGUF file (e.g. SmolLM2-135M-Instruct Q4_1) into a
-CTranslate2 model directory, without torch or transformers.
+"""Convert a Llama- or Qwen2-architecture GGUF file (e.g. SmolLM2-135M-Instruct Q4_1,
+Qwen2.5-0.5B-Instruct) into a CTranslate2 model directory, without torch or
+transformers.
 
 Needs only: ``numpy``, ``gguf``, ``ctranslate2`` and ``tokenizers``.
 
@@ -7,11 +8,12 @@ What it does:
 
 1. Reads the GGUF with ``gguf.GGUFReader`` and dequantizes every tensor to float32
    with ``gguf.quants.dequantize`` (Q4_1 / Q8_0 / F16 / F32 ... all supported).
-2. Undoes llama.cpp's Q/K row permutation (``convert_hf_to_gguf.py`` permutes
+2. Llama: undoes llama.cpp's Q/K row permutation (``convert_hf_to_gguf.py`` permutes
    ``q_proj``/``k_proj`` so that ggml can use interleaved "GPT-J style" rotary);
    after un-permuting, the weights are in Hugging Face layout and the model uses
    CTranslate2's non-interleaved rotary, exactly as ``ct2-transformers-converter``
-   does for ``LlamaForCausalLM``.
+   does for ``LlamaForCausalLM``. Qwen2 is stored unpermuted (llama.cpp runs it with
+   NeoX rotary) and has biases on Q, K and V.
 3. Fills a ``TransformerDecoderModelSpec`` (pre-norm, RMSNorm, gated SiLU FFN,
    rotary, GQA) and saves it with the requested weight quantization.
 4. Rebuilds the byte-level BPE tokenizer from the GGUF metadata
@@ -39,6 +41,13 @@ from ctranslate2.converters.converter import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 from gguf import GGUFReader
 from gguf.quants import dequantize
+
+# Qwen2's pre-tokenizer split (its tokenizer.json): digits one by one, words with a
+# leading non-letter, and runs of punctuation and space kept apart.
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 # GGUF token_type values (llama.cpp's llama_token_type enum).
 _TOKEN_TYPE_CONTROL = 3
@@ -70,8 +79,16 @@ def _unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
+# What differs between the architectures read here (``general.architecture``).
+ARCHITECTURES = {
+    # name: (Q/K permuted by llama.cpp, biases on Q/K/V)
+    "llama": (True, False),
+    "qwen2": (False, True),
+}
+
+
 class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
-    """CTranslate2 converter for GGUF files with ``general.architecture == llama``."""
+    """CTranslate2 converter for GGUF files of the ``ARCHITECTURES``."""
 
     def __init__(
         self, gguf_path: str | Path, progress: Callable[[int, int], None] | None = None
@@ -80,14 +97,17 @@ class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
         self.gguf_path = Path(gguf_path)
         self.reader = GGUFReader(str(self.gguf_path))
         arch = _field(self.reader, "general.architecture")
-        if arch != "llama":
-            raise NotImplementedError(f"unsupported GGUF architecture: {arch!r}")
+        if arch not in ARCHITECTURES:
+            known = ", ".join(ARCHITECTURES)
+            raise NotImplementedError(f"unsupported GGUF architecture: {arch!r} (known: {known})")
+        self.arch: str = arch
+        self.permuted, self.qkv_bias = ARCHITECTURES[arch]
         self._tensors = {t.name: t for t in self.reader.tensors}
 
     # ---- helpers -------------------------------------------------------------
 
     def meta(self, key: str, default: Any = None) -> Any:
-        return _field(self.reader, f"llama.{key}", default)
+        return _field(self.reader, f"{self.arch}.{key}", default)
 
     def tensor(self, name: str) -> np.ndarray:
         """Dequantize one tensor to float32, in numpy (row-major, HF) layout.
@@ -98,7 +118,9 @@ class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
         t = self._tensors[name]
         arr = dequantize(t.data, t.tensor_type)
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        return np.ascontiguousarray(arr.reshape(shape), dtype=np.float32)
+        # A copy: an F32 tensor dequantizes to a read-only view of the file, which
+        # CTranslate2's int8 quantization would write into.
+        return np.array(arr.reshape(shape), dtype=np.float32, order="C", copy=True)
 
     def tokens(self) -> list[str]:
         return list(_field(self.reader, "tokenizer.ggml.tokens"))
@@ -111,7 +133,7 @@ class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
         num_heads_kv = int(self.meta("attention.head_count_kv", num_heads))
         rope_base = float(self.meta("rope.freq_base", 10000.0))
         rms_eps = float(self.meta("attention.layer_norm_rms_epsilon", 1e-5))
-        if _field(self.reader, "llama.rope.scaling.type") not in (None, "none"):
+        if self.meta("rope.scaling.type") not in (None, "none"):
             raise NotImplementedError("RoPE scaling in GGUF is not handled")
 
         # Same settings as ctranslate2.converters.transformers.LlamaLoader.
@@ -146,11 +168,16 @@ class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
             layer.self_attention.layer_norm.gamma = self.tensor(p + "attn_norm.weight")
             layer.ffn.layer_norm.gamma = self.tensor(p + "ffn_norm.weight")
 
-            q = _unpermute_qk(self.tensor(p + "attn_q.weight"), num_heads)
-            k = _unpermute_qk(self.tensor(p + "attn_k.weight"), num_heads_kv)
+            q = self.tensor(p + "attn_q.weight")
+            k = self.tensor(p + "attn_k.weight")
+            if self.permuted:
+                q, k = _unpermute_qk(q, num_heads), _unpermute_qk(k, num_heads_kv)
             v = self.tensor(p + "attn_v.weight")
             # CT2 expects a fused QKV projection (rows: q, then k, then v).
             layer.self_attention.linear[0].weight = np.concatenate([q, k, v])
+            if self.qkv_bias:
+                biases = [self.tensor(p + f"attn_{x}.bias") for x in "qkv"]
+                layer.self_attention.linear[0].bias = np.concatenate(biases)
             layer.self_attention.linear[1].weight = self.tensor(p + "attn_output.weight")
 
             layer.ffn.linear_0.weight = self.tensor(p + "ffn_gate.weight")
@@ -188,6 +215,7 @@ def build_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
     if model != "gpt2":
         raise NotImplementedError(f"unsupported GGUF tokenizer model: {model!r}")
     pre = _field(reader, "tokenizer.ggml.pre", "default")
+    normalizer: dict[str, Any] | None = None
     tokens: list[str] = list(_field(reader, "tokenizer.ggml.tokens"))
     types: list[int] = list(_field(reader, "tokenizer.ggml.token_type"))
     merges: list[str] = list(_field(reader, "tokenizer.ggml.merges"))
@@ -205,6 +233,19 @@ def build_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
         }
     elif pre in ("gpt2", "default"):
         pre_tokenizer = byte_level
+    elif pre == "qwen2":
+        # Qwen2's own tokenizer.json: its split pattern, then bytes without GPT-2's regex.
+        split = {
+            "type": "Split",
+            "pattern": {"Regex": QWEN2_PATTERN},
+            "behavior": "Isolated",
+            "invert": False,
+        }
+        pre_tokenizer = {
+            "type": "Sequence",
+            "pretokenizers": [split, {**byte_level, "use_regex": False}],
+        }
+        normalizer = {"type": "NFC"}
     else:
         raise NotImplementedError(f"unsupported GGUF pre-tokenizer: {pre!r}")
 
@@ -227,7 +268,7 @@ def build_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
         "truncation": None,
         "padding": None,
         "added_tokens": added,
-        "normalizer": None,
+        "normalizer": normalizer,
         "pre_tokenizer": pre_tokenizer,
         "post_processor": {**byte_level, "type": "ByteLevel"},
         "decoder": {**byte_level, "type": "ByteLevel"},
@@ -277,7 +318,7 @@ def convert(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("gguf", help="input .gguf file (llama architecture)")
+    parser.add_argument("gguf", help="input .gguf file (llama or qwen2 architecture)")
     parser.add_argument("output_dir", help="CTranslate2 model directory to create")
     parser.add_argument(
         "--quantization",

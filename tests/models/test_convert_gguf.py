@@ -1,0 +1,63 @@
+"""The GGUF → CTranslate2 converter (models/cascade/convert_gguf.py) on tiny random
+GGUFs of each architecture, built at test time: the converted model's logits match a
+reference forward pass of the same weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.cascade.convert_gguf import convert
+from tests.support.tiny_gguf import TOKENS, random_model, reference_logits, write_gguf
+
+IDS = [1, 7, 12, 3, 30, 30, 5, 44, 9, 2]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_converted_logits_match_the_reference(arch: str, tmp_path: Path) -> None:
+    import ctranslate2
+
+    model = random_model(arch)
+    gguf = write_gguf(model, tmp_path / f"tiny-{arch}.gguf")
+    out = convert(gguf, tmp_path / "ct2", quantization="float32")
+    generator = ctranslate2.Generator(str(out), compute_type="float32")
+    logits = np.array(generator.forward_batch([[TOKENS[i] for i in IDS]]))[0]
+    expected = reference_logits(model, IDS)
+    assert logits.shape == expected.shape
+    assert np.abs(logits - expected).max() < 1e-3 * np.abs(expected).max()
+    assert (logits.argmax(-1) == expected.argmax(-1)).all()
+
+
+def test_the_reference_tells_a_wrong_layout_apart(tmp_path: Path) -> None:
+    """The check has teeth: Qwen2 weights read as Llama's (unpermuted, no biases)
+    give other logits."""
+    model = random_model("qwen2")
+    as_llama = type(model)("llama", model.embeddings, model.layers, model.norm, model.output)
+    gguf = write_gguf(as_llama, tmp_path / "tiny.gguf")  # permuted, biases left out
+    import ctranslate2
+
+    out = convert(gguf, tmp_path / "ct2", quantization="float32")
+    generator = ctranslate2.Generator(str(out), compute_type="float32")
+    logits = np.array(generator.forward_batch([[TOKENS[i] for i in IDS]]))[0]
+    assert np.abs(logits - reference_logits(model, IDS)).max() > 0.1
+
+
+def test_an_unknown_architecture_is_refused_by_name(tmp_path: Path) -> None:
+    model = random_model("llama")
+    falcon = type(model)("falcon", model.embeddings, model.layers, model.norm, model.output)
+    gguf = write_gguf(falcon, tmp_path / "x.gguf")
+    with pytest.raises(NotImplementedError, match=r"'falcon'.*llama, qwen2"):
+        convert(gguf, tmp_path / "ct2")
+
+
+def test_a_qwen2_tokenizer_splits_as_qwen2s_own(tmp_path: Path) -> None:
+    """Qwen2's pre-tokenizer (digits one by one, a word keeps the space before it)."""
+    from tokenizers import Tokenizer
+
+    out = convert(write_gguf(random_model("qwen2"), tmp_path / "q.gguf"), tmp_path / "ct2")
+    tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert tokenizer.pre_tokenizer is not None
+    pieces = [p for p, _ in tokenizer.pre_tokenizer.pre_tokenize_str("It's 123 ok")]
+    assert pieces == ["It", "'s", "Ġ", "1", "2", "3", "Ġok"]

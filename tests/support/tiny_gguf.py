@@ -1,0 +1,192 @@
+"""Tiny random GGUF language models of each architecture the converter reads, written
+with the `gguf` package the way llama.cpp's convert_hf_to_gguf.py writes them, and the
+reference forward pass their logits must match (numpy, float64, Hugging Face layout).
+
+Random weights in Hugging Face layout go through what llama.cpp does to them on the
+way to a GGUF (Llama's Q/K row permutation); the reference reads the unpermuted ones,
+so a converter that got the layout, the biases or the rotary wrong disagrees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[np.float64]
+
+VOCAB = 48
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+FFN = 96
+LAYERS = 2
+RMS_EPS = 1e-5
+ROPE_BASE = 10_000.0
+TOKENS = ["<unk>", "<s>", "</s>"] + [
+    chr(ord("a") + i % 26) * (1 + i // 26) for i in range(VOCAB - 3)
+]
+
+
+@dataclass(frozen=True)
+class Layer:
+    attn_norm: Array
+    q: Array
+    k: Array
+    v: Array
+    o: Array
+    ffn_norm: Array
+    gate: Array
+    up: Array
+    down: Array
+    q_bias: Array | None = None
+    k_bias: Array | None = None
+    v_bias: Array | None = None
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    arch: str
+    embeddings: Array
+    layers: list[Layer]
+    norm: Array
+    output: Array | None  # None: tied to the embeddings
+
+
+def random_model(arch: str, seed: int = 0) -> TinyModel:
+    rng = np.random.default_rng(seed)
+    head_dim = HIDDEN // HEADS
+
+    def w(*shape: int) -> Array:
+        return rng.normal(0, 0.2, shape)
+
+    def norm() -> Array:
+        return 1.0 + rng.normal(0, 0.1, HIDDEN)
+
+    biased = arch == "qwen2"
+    layers = [
+        Layer(
+            norm(),
+            w(HIDDEN, HIDDEN),
+            w(KV_HEADS * head_dim, HIDDEN),
+            w(KV_HEADS * head_dim, HIDDEN),
+            w(HIDDEN, HIDDEN),
+            norm(),
+            w(FFN, HIDDEN),
+            w(FFN, HIDDEN),
+            w(HIDDEN, FFN),
+            w(HIDDEN) if biased else None,
+            w(KV_HEADS * head_dim) if biased else None,
+            w(KV_HEADS * head_dim) if biased else None,
+        )
+        for _ in range(LAYERS)
+    ]
+    output = None if arch == "qwen2" else w(VOCAB, HIDDEN)  # Qwen2.5-0.5B ties them
+    return TinyModel(arch, w(VOCAB, HIDDEN), layers, norm(), output)
+
+
+def _llama_permute(weight: Array, n_head: int) -> Array:
+    """llama.cpp's LlamaModel.permute (convert_hf_to_gguf.py)."""
+    rows = weight.shape[0]
+    return (
+        weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
+    )
+
+
+def write_gguf(model: TinyModel, path: Path) -> Path:
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), model.arch)
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(256)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(FFN)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_rope_freq_base(ROPE_BASE)
+    writer.add_layer_norm_rms_eps(RMS_EPS)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2" if model.arch == "qwen2" else "default")
+    writer.add_token_list(TOKENS)
+    writer.add_token_types([3, 3, 3] + [1] * (VOCAB - 3))
+    writer.add_token_merges(["a a", "b b"])  # "aa", "bb" are tokens
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+
+    def put(name: str, array: Array) -> None:
+        writer.add_tensor(name, array.astype(np.float32))
+
+    put("token_embd.weight", model.embeddings)
+    put("output_norm.weight", model.norm)
+    if model.output is not None:
+        put("output.weight", model.output)
+    for i, layer in enumerate(model.layers):
+        p = f"blk.{i}."
+        q, k = layer.q, layer.k
+        if model.arch == "llama":
+            q, k = _llama_permute(q, HEADS), _llama_permute(k, KV_HEADS)
+        put(p + "attn_norm.weight", layer.attn_norm)
+        put(p + "attn_q.weight", q)
+        put(p + "attn_k.weight", k)
+        put(p + "attn_v.weight", layer.v)
+        put(p + "attn_output.weight", layer.o)
+        put(p + "ffn_norm.weight", layer.ffn_norm)
+        put(p + "ffn_gate.weight", layer.gate)
+        put(p + "ffn_up.weight", layer.up)
+        put(p + "ffn_down.weight", layer.down)
+        for x, bias in (("q", layer.q_bias), ("k", layer.k_bias), ("v", layer.v_bias)):
+            if bias is not None:
+                put(p + f"attn_{x}.bias", bias)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _rms(x: Array, gamma: Array) -> Array:
+    out: Array = x / np.sqrt((x * x).mean(-1, keepdims=True) + RMS_EPS) * gamma
+    return out
+
+
+def _rope(x: Array) -> Array:
+    """Rotary on (heads, time, head_dim), halves rotated (Hugging Face's rotate_half)."""
+    half = x.shape[-1] // 2
+    inv = ROPE_BASE ** (-np.arange(half) / half)
+    angles = np.arange(x.shape[1])[:, None] * inv[None, :]
+    cos, sin = np.cos(angles), np.sin(angles)
+    a, b = x[..., :half], x[..., half:]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def reference_logits(model: TinyModel, ids: list[int]) -> Array:
+    """The model's logits at each position of `ids` (time, vocab)."""
+    head_dim = HIDDEN // HEADS
+    x = model.embeddings[ids]
+    t = len(ids)
+    causal = np.triu(np.full((t, t), -np.inf), 1)
+    for layer in model.layers:
+        h = _rms(x, layer.attn_norm)
+        q, k, v = h @ layer.q.T, h @ layer.k.T, h @ layer.v.T
+        if layer.q_bias is not None and layer.k_bias is not None and layer.v_bias is not None:
+            q, k, v = q + layer.q_bias, k + layer.k_bias, v + layer.v_bias
+        q = _rope(q.reshape(t, HEADS, head_dim).transpose(1, 0, 2))
+        k = _rope(k.reshape(t, KV_HEADS, head_dim).transpose(1, 0, 2))
+        v = v.reshape(t, KV_HEADS, head_dim).transpose(1, 0, 2)
+        k, v = np.repeat(k, HEADS // KV_HEADS, 0), np.repeat(v, HEADS // KV_HEADS, 0)
+        scores = q @ k.transpose(0, 2, 1) / np.sqrt(head_dim) + causal
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        attended = (weights @ v).transpose(1, 0, 2).reshape(t, HIDDEN)
+        x = x + attended @ layer.o.T
+        h = _rms(x, layer.ffn_norm)
+        gate = h @ layer.gate.T
+        x = x + ((gate / (1 + np.exp(-gate))) * (h @ layer.up.T)) @ layer.down.T
+    out = model.output if model.output is not None else model.embeddings
+    logits: Array = _rms(x, model.norm) @ out.T
+    return logits
