@@ -1,12 +1,13 @@
 """Function calling for models whose prompt Parley writes itself (the in-process
-vLLM executor): the tools in the prompt, the call in the model's text, and the two
-ways a call is asked for. Pure functions; models/vllm_engine.py uses them.
+vLLM executor, the cascade with a model that calls tools): the tools in the prompt,
+the call in the model's text, and the two ways a call is asked for.
 
 - `tool_choice` "auto": the tools go into the system prompt in the Hermes format
   that Qwen's chat templates use (Qwen2.5, Qwen3, Qwen3-Omni), and the model writes
   `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` when it calls one;
-  vLLM's `hermes` tool parser reads it. What the model says before the tag is
-  spoken; the tag and what follows are held back from the speech.
+  vLLM's `hermes` tool parser reads it (the cascade: `hermes_calls`, the same rules).
+  What the model says before the tag is spoken; the tag and what follows are held
+  back from the speech.
 - A named function, or "required": the answer is constrained to JSON by vLLM's
   structured outputs (as `vllm serve` does it): the function's arguments, or a list
   of calls. Nothing is spoken.
@@ -14,7 +15,10 @@ ways a call is asked for. Pure functions; models/vllm_engine.py uses them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +66,26 @@ def call_text(name: str | None, arguments: str | None) -> str:
 def result_text(output: str | None) -> str:
     """A call's result, as the user's turn carries it."""
     return f"<tool_response>\n{output or ''}\n</tool_response>"
+
+
+def template_calls_tools(chat_template: str) -> bool:
+    """Whether a model's chat template writes calls in the Hermes format (Qwen2.5's,
+    Qwen3's, Hermes'), so the model was trained to call tools that way."""
+    return CALL_START in chat_template and "tools" in chat_template
+
+
+_CALLS = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+
+
+def hermes_calls(text: str) -> list[tuple[str, str]]:
+    """The calls in text from a `<tool_call>` on, read as vLLM's hermes parser reads
+    them: each tag's JSON (the last may be unclosed), (name, arguments JSON) pairs;
+    nothing when one of them is not a well-formed call."""
+    try:
+        found = [json.loads(a or b) for a, b in _CALLS.findall(text)]
+        return [(str(c["name"]), json.dumps(c["arguments"], ensure_ascii=False)) for c in found]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return []
 
 
 def forced_schema(tools: tuple[Tool, ...], choice: str) -> dict[str, Any] | None:
@@ -140,6 +164,18 @@ class CallSplitter:
     def _say(self, text: str) -> str:
         self.said += text
         return text
+
+
+async def said_before_call(
+    pieces: AsyncGenerator[str, None], splitter: CallSplitter
+) -> AsyncGenerator[str, None]:
+    """An answer's text up to a tool call; the call is held in `splitter`."""
+    async with contextlib.aclosing(pieces):
+        async for piece in pieces:
+            if text := splitter.feed(piece):
+                yield text
+    if text := splitter.end():
+        yield text
 
 
 def _partial_tag(text: str) -> int:

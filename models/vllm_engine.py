@@ -43,7 +43,7 @@ from models.errors import ModelMissing
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker
 from models.text_then_speech import RequestState, TextThenSpeechExecutor, TextThenSpeechStats
-from models.tool_text import CallSplitter, forced_calls, forced_schema
+from models.tool_text import CallSplitter, forced_calls, forced_schema, said_before_call
 
 log = logging.getLogger(__name__)
 
@@ -213,18 +213,6 @@ class InstalledVllm:
         return {"prompt_token_ids": encoded.tokens, "multi_modal_data": {"audio": audios}}
 
 
-async def _said(
-    pieces: AsyncGenerator[str, None], splitter: CallSplitter
-) -> AsyncGenerator[str, None]:
-    """The answer's text up to a tool call; the call is held in `splitter`."""
-    async with contextlib.aclosing(pieces):
-        async for piece in pieces:
-            if text := splitter.feed(piece):
-                yield text
-    if text := splitter.end():
-        yield text
-
-
 @dataclass
 class _Request(RequestState):
     tokens: int = 0
@@ -316,7 +304,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
                     answer = "".join([piece async for piece in pieces])
                 calls = forced_calls(answer, prompt.tool_choice) or []
             else:
-                said = pieces if splitter is None else _said(pieces, splitter)
+                said = pieces if splitter is None else said_before_call(pieces, splitter)
                 if "audio" not in prompt.output_modalities:
                     async with contextlib.aclosing(said):
                         async for piece in said:

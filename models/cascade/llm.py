@@ -18,6 +18,7 @@ from typing import Protocol
 from models.cascade.text import ChatMessage, is_degenerate, keep_recent, render_chatml
 from models.errors import ModelMissing
 from models.speech.files import ModelInfo, cache_dir, dir_size, package_dir
+from models.tool_text import template_calls_tools
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,9 @@ STOP_TEXT = ("<|im_end|>", "<|im_start|>", "<|endoftext|>")
 
 class LanguageModel(Protocol):
     name: str
+    # Its chat template writes tool calls in the Hermes format: it is given the
+    # session's tools and may call them (models/tool_text.py).
+    calls_tools: bool
 
     def stream(
         self, messages: Sequence[ChatMessage], *, max_tokens: int, stop: threading.Event
@@ -141,6 +145,9 @@ class Ct2LanguageModel:
             str(self.path), device="cpu", compute_type=self.compute_type, intra_threads=threads
         )
         self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        template = self.path / "chat_template.jinja"
+        # SmolLM2-135M's template has no tools: the bundled model never calls them.
+        self.calls_tools = template.is_file() and template_calls_tools(template.read_text())
         self._temperature = temperature
         self._repetition_penalty = repetition_penalty
         self._no_repeat_ngram_size = no_repeat_ngram_size

@@ -23,7 +23,15 @@ import threading
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field, replace
 
-from models.base import PCM_RATE, Executor, ExecutorStats, OutputChunk, Prompt, PromptItem
+from models.base import (
+    PCM_RATE,
+    Executor,
+    ExecutorStats,
+    FunctionCall,
+    OutputChunk,
+    Prompt,
+    PromptItem,
+)
 from models.cascade.llm import LanguageModel
 from models.cascade.text import ChatMessage, chat_messages
 from models.speculative_responses import SpeculativeResponses
@@ -32,6 +40,7 @@ from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, SpeakOutcome, speak_text
 from models.speech.transcripts import SpeculationStats, Transcripts
 from models.speech.tts import Synthesizer
+from models.tool_text import CallSplitter, hermes_calls, said_before_call
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +157,12 @@ class CascadeExecutor(Executor):
             for item in prompt.items:
                 if item.role == "user" and item.text is None:
                     await self.transcribe(item)  # normally done already by prepare
-            messages = chat_messages(prompt, self.transcripts.known)
+            calling = self.llm.calls_tools and prompt.tool_choice != "none"
+            tools = prompt.tools if calling else ()
+            messages = chat_messages(
+                prompt, self.transcripts.known, tools=tools, tool_choice=prompt.tool_choice
+            )
+            splitter = CallSplitter()
             limit = min(prompt.max_output_tokens or self.max_output_tokens, self.max_output_tokens)
             speak = "audio" in prompt.output_modalities
             outcome = SpeakOutcome()
@@ -161,8 +175,9 @@ class CascadeExecutor(Executor):
 
             # Closed explicitly so that, however this stream ends, the token thread
             # has stopped before the request counts as finished.
+            pieces = self._pieces(prompt.request_id, messages, limit, stop)
             spoken = speak_text(
-                self._pieces(prompt.request_id, messages, limit, stop),
+                said_before_call(pieces, splitter) if tools else pieces,
                 self.speaker,
                 speak=speak,
                 stopped=stop.is_set,
@@ -174,7 +189,11 @@ class CascadeExecutor(Executor):
                     yield chunk
             if outcome.stopped:
                 return
-            if self.stats.tokens_by_request.get(prompt.request_id, 0) >= limit:
+            calls = hermes_calls(splitter.held) if splitter.calling else []
+            for i, (name, arguments) in enumerate(calls):  # after what was said before
+                call_id = f"call_{prompt.request_id}_{i}"
+                yield OutputChunk(function_call=FunctionCall(name, arguments, call_id))
+            if not calls and self.stats.tokens_by_request.get(prompt.request_id, 0) >= limit:
                 yield OutputChunk(finish="length")  # cut at max_output_tokens
         finally:
             stop.set()  # whatever ended the stream also ends the token loop

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from models.base import Prompt
+from models.base import Prompt, PromptItem, Tool
+from models.tool_text import call_text, result_text, tools_block
 
 DEFAULT_INSTRUCTIONS = (
     "You are a friendly voice assistant. Answer in one or two short spoken sentences. "
@@ -21,30 +22,56 @@ class ChatMessage:
 
 
 def chat_messages(
-    prompt: Prompt, transcripts: Mapping[str, str], *, max_turns: int = 8
+    prompt: Prompt,
+    transcripts: Mapping[str, str],
+    *,
+    max_turns: int = 8,
+    tools: tuple[Tool, ...] = (),
+    tool_choice: str = "auto",
 ) -> list[ChatMessage]:
     """The conversation as chat messages: the session's instructions as the system
     message, then the latest `max_turns` items as text (user audio as its transcript).
+    With `tools` (a model that calls them) the system message lists them and function
+    calls and their results are written in the Hermes format; without, they are left
+    out. A named `tool_choice` or "required" is asked for in words: CTranslate2 has
+    no constrained decoding to force it.
 
     Small models lose the thread in long contexts, and the context window is small:
     keep the recent turns only.
     """
     messages: list[ChatMessage] = []
     for item in prompt.items:
-        text = item.text if item.text is not None else transcripts.get(item.id, "")
-        text = text.strip()
+        text = _text_of(item, transcripts, tools=bool(tools))
         if not text:
             continue
-        if messages and messages[-1].role == item.role:
-            # Two user turns in a row (the answer between them was cut): one message.
-            messages[-1] = ChatMessage(item.role, f"{messages[-1].content} {text}")
+        role = "user" if item.kind == "function_call_output" else item.role
+        if messages and messages[-1].role == role:
+            # Two user turns in a row (the answer between them was cut), or calls made
+            # together: one message.
+            joint = "\n" if item.kind != "message" else " "
+            messages[-1] = ChatMessage(role, f"{messages[-1].content}{joint}{text}")
         else:
-            messages.append(ChatMessage(item.role, text))
+            messages.append(ChatMessage(role, text))
     messages = messages[-max_turns:]
     while messages and messages[0].role == "assistant":
         messages.pop(0)  # a chat starts with the user
     system = prompt.instructions.strip() or DEFAULT_INSTRUCTIONS
+    if tools:
+        system += tools_block(tools)
+        if tool_choice == "required":
+            system += "\n\nAnswer with a function call."
+        elif tool_choice != "auto":
+            system += f"\n\nAnswer with a call to the function {tool_choice}."
     return [ChatMessage("system", system), *messages]
+
+
+def _text_of(item: PromptItem, transcripts: Mapping[str, str], *, tools: bool) -> str:
+    if item.kind == "function_call":
+        return call_text(item.name, item.arguments) if tools else ""
+    if item.kind == "function_call_output":
+        return result_text(item.output) if tools else ""
+    text = item.text if item.text is not None else transcripts.get(item.id, "")
+    return text.strip()
 
 
 def keep_recent(messages: list[ChatMessage], history: int) -> list[ChatMessage]:

@@ -60,6 +60,7 @@ class StoryModel:
     a barge-in lands mid-answer whatever the real model would have said."""
 
     name = "story"
+    calls_tools = False
 
     def __init__(self, *lengths: int) -> None:
         self.lengths = list(lengths)  # words per reply, in order; the last repeats

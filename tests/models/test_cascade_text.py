@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.base import Prompt, PromptItem
+from models.base import Prompt, PromptItem, Tool
 from models.cascade.llm import cpu_flags, default_compute_type
 from models.cascade.text import (
     DEFAULT_INSTRUCTIONS,
@@ -110,3 +110,58 @@ def test_int8_is_chosen_where_the_cpu_has_vnni(tmp_path: Path) -> None:
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_vnni\n\nprocessor\t: 1\n")
     assert cpu_flags(info) == frozenset({"fpu", "avx2", "avx512_vnni"})
     assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+ORDER = Tool("lookup_order", parameters='{"type": "object", "properties": {}}')
+
+
+def test_a_model_that_calls_tools_reads_them_and_its_calls_in_hermes_form() -> None:
+    p = prompt(
+        PromptItem("u1", "user", text="Where are my orders?"),
+        PromptItem(
+            "c1",
+            "assistant",
+            kind="function_call",
+            call_id="a",
+            name="lookup_order",
+            arguments='{"id": 1}',
+        ),
+        PromptItem(
+            "c2",
+            "assistant",
+            kind="function_call",
+            call_id="b",
+            name="lookup_order",
+            arguments='{"id": 2}',
+        ),
+        PromptItem("o1", "user", kind="function_call_output", call_id="a", output="shipped"),
+        PromptItem("o2", "user", kind="function_call_output", call_id="b", output="lost"),
+    )
+    system, user, calls, results = chat_messages(p, {}, tools=(ORDER,))
+    assert system.content.startswith(DEFAULT_INSTRUCTIONS + "\n\n# Tools")
+    assert system.content.endswith("</tool_call>")  # auto: no more asked
+    named = chat_messages(p, {}, tools=(ORDER,), tool_choice="lookup_order")[0].content
+    assert named.endswith("\n\nAnswer with a call to the function lookup_order.")
+    required = chat_messages(p, {}, tools=(ORDER,), tool_choice="required")[0].content
+    assert required.endswith("\n\nAnswer with a function call.")
+    assert '"name": "lookup_order"' in system.content
+    assert user == ChatMessage("user", "Where are my orders?")
+    assert calls.role == "assistant" and calls.content.count("<tool_call>") == 2
+    assert calls.content.split("\n</tool_call>\n")[1].startswith("<tool_call>")  # a line apart
+    assert results.role == "user"
+    assert results.content == (
+        "<tool_response>\nshipped\n</tool_response>\n<tool_response>\nlost\n</tool_response>"
+    )
+
+
+def test_a_model_without_tools_sees_no_calls() -> None:
+    p = prompt(
+        PromptItem("u1", "user", text="Where is my order?"),
+        PromptItem("c1", "assistant", kind="function_call", call_id="a", name="f", arguments="{}"),
+        PromptItem("o1", "user", kind="function_call_output", call_id="a", output="shipped"),
+    )
+    messages = chat_messages(p, {})
+    assert messages == [
+        ChatMessage("system", DEFAULT_INSTRUCTIONS),
+        ChatMessage("user", "Where is my order?"),
+    ]

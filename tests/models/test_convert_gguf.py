@@ -4,13 +4,22 @@ reference forward pass of the same weights."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from models.cascade.convert_gguf import convert
-from tests.support.tiny_gguf import TOKENS, random_model, reference_logits, write_gguf
+from models.cascade.llm import Ct2LanguageModel
+from models.cascade.text import ChatMessage
+from tests.support.tiny_gguf import (
+    QWEN25_TEMPLATE_EXCERPT,
+    TOKENS,
+    random_model,
+    reference_logits,
+    write_gguf,
+)
 
 IDS = [1, 7, 12, 3, 30, 30, 5, 44, 9, 2]
 
@@ -61,3 +70,28 @@ def test_a_qwen2_tokenizer_splits_as_qwen2s_own(tmp_path: Path) -> None:
     assert tokenizer.pre_tokenizer is not None
     pieces = [p for p, _ in tokenizer.pre_tokenizer.pre_tokenize_str("It's 123 ok")]
     assert pieces == ["It", "'s", "Ġ", "1", "2", "3", "Ġok"]
+
+
+def test_the_cascade_runs_a_qwen2_gguf_whose_template_calls_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--llm-model` with a Qwen2 GGUF: converted on first use, it streams a reply,
+    and its chat template (Qwen2.5's tools block) makes the cascade give it tools;
+    the bundled SmolLM2's does not (tests/models/test_tool_text.py)."""
+    monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
+    model = random_model("qwen2")
+    gguf = write_gguf(model, tmp_path / "qwen.gguf", chat_template=QWEN25_TEMPLATE_EXCERPT)
+    llm = Ct2LanguageModel(gguf, temperature=0.0)
+    try:
+        assert llm.calls_tools
+        messages = [ChatMessage("system", "Be brief."), ChatMessage("user", "aa bb")]
+        reply = "".join(llm.stream(messages, max_tokens=6, stop=threading.Event()))
+        assert reply  # random words, but words: the tokenizer and the weights load
+    finally:
+        llm.close()
+    plain = write_gguf(model, tmp_path / "plain.gguf", chat_template="{{ messages }}")
+    other = Ct2LanguageModel(plain)
+    try:
+        assert not other.calls_tools
+    finally:
+        other.close()

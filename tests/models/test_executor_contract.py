@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -96,8 +98,11 @@ class ControlledModel:
 
     name = "controlled"
 
-    def __init__(self, real: Ct2LanguageModel) -> None:
+    def __init__(self, real: Ct2LanguageModel, *, calls_tools: bool = False) -> None:
         self.real = real
+        # Standing in for a model you bring whose template has tools (Qwen2.5): it
+        # calls the tool it is given, then answers from the result.
+        self.calls_tools = calls_tools
         self.story = False
         self.failing = False
         self.calls = 0
@@ -111,6 +116,9 @@ class ControlledModel:
         if self.failing:
             self.failing = False
             raise RuntimeError(FAILURE)
+        if self.calls_tools and "<tools>" in messages[0].content:
+            yield from tool_reply(messages)
+            return
         if not self.story:
             yield from self.real.stream(messages, max_tokens=max_tokens, stop=stop)
             return
@@ -127,6 +135,21 @@ class ControlledModel:
 
     def close(self) -> None:
         pass
+
+
+def tool_reply(messages: Sequence[ChatMessage]) -> Iterator[str]:
+    """A tools-capable model's reply, five characters a token: after a result, an
+    answer that reads it back; else a few words and a call to the first tool listed."""
+    last = messages[-1].content
+    if last.startswith("<tool_response>"):
+        text = f"Your order is {last.split(chr(10))[1]}."
+    else:
+        name = re.search(r'"name": "([^"]+)"', messages[0].content)
+        assert name is not None
+        call = {"name": name[1], "arguments": {"order_id": "A-17"}}
+        text = f"One moment. <tool_call>\n{json.dumps(call)}\n</tool_call>"
+    for i in range(0, len(text), 5):
+        yield text[i : i + 5]
 
 
 @dataclass
@@ -146,8 +169,8 @@ def cascade_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cascade
     models.tts.close()
 
 
-def cascade_kit(models: CascadeModels) -> Kit:
-    llm = ControlledModel(models.llm)
+def cascade_kit(models: CascadeModels, *, calls_tools: bool = False) -> Kit:
+    llm = ControlledModel(models.llm, calls_tools=calls_tools)
     ex = CascadeExecutor(models.asr, llm, models.tts)
 
     def hold() -> None:
@@ -167,7 +190,17 @@ def cascade_kit(models: CascadeModels) -> Kit:
     async def stopped(rid: str, h: Harness) -> None:
         await h.wait_until(lambda: not ex.running(rid))  # within one token
 
-    return Kit(ex, hold, first_sentence, free, fail, lambda: llm.calls, stopped, recognizes=True)
+    return Kit(
+        ex,
+        hold,
+        first_sentence,
+        free,
+        fail,
+        lambda: llm.calls,
+        stopped,
+        recognizes=True,
+        calls_tools=calls_tools,
+    )
 
 
 # --- vllm (fake engine) ----------------------------------------------------------------
@@ -277,6 +310,15 @@ async def test_a_backend_failure_fails_the_response_and_the_session_lives(kit: K
 
 
 async def test_a_function_call_round_trips_or_the_tools_are_kept(kit: Kit) -> None:
+    await contract.a_function_call_round_trips_or_the_tools_are_kept(kit)
+
+
+async def test_the_cascade_with_a_model_that_calls_tools_round_trips(
+    cascade_models: CascadeModels,
+) -> None:
+    """The cascade's `cascade` kit is the bundled model, which calls no tools; with a
+    model whose template has tools (a Qwen2.5 GGUF you bring) the call goes through."""
+    kit = cascade_kit(cascade_models, calls_tools=True)
     await contract.a_function_call_round_trips_or_the_tools_are_kept(kit)
 
 

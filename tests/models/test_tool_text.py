@@ -13,9 +13,12 @@ from models.tool_text import (
     call_text,
     forced_calls,
     forced_schema,
+    hermes_calls,
     result_text,
+    template_calls_tools,
     tools_block,
 )
+from tests.support.tiny_gguf import QWEN25_TEMPLATE_EXCERPT
 
 ORDER = Tool(
     "lookup_order",
@@ -95,3 +98,26 @@ def test_forced_calls_read_the_json_or_nothing() -> None:
     ]
     assert forced_calls("[]", "required") is None
     assert forced_calls('{"name": "ping"}', "required") is None
+
+
+def test_hermes_calls_read_every_tag_or_nothing() -> None:
+    two = CALL + "\n" + CALL.replace('"A1"', '"B2"')
+    assert hermes_calls(two) == [
+        ("lookup_order", '{"order_id": "A1"}'),
+        ("lookup_order", '{"order_id": "B2"}'),
+    ]
+    assert hermes_calls(CALL[: -len("</tool_call>")]) == [("lookup_order", '{"order_id": "A1"}')]
+    assert hermes_calls('<tool_call>\n{"name": "f"}') == []  # no arguments
+    assert hermes_calls("<tool_call>\n{not json}\n</tool_call>") == []
+
+
+def test_which_templates_call_tools() -> None:
+    """SmolLM2-135M's (the bundled model's, read from its GGUF) has no tools; Qwen2.5's
+    writes `<tool_call>` tags inside its tools block."""
+    from gguf import GGUFReader
+
+    from models.cascade.llm import bundled_gguf
+
+    field = GGUFReader(str(bundled_gguf())).fields["tokenizer.chat_template"]
+    assert not template_calls_tools(field.contents())
+    assert template_calls_tools(QWEN25_TEMPLATE_EXCERPT)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.audio_prompt import PromptStyle
+from models.tool_text import hermes_calls
 from models.vllm_engine import Decoding, EngineLike, InstalledVllm, VllmOptions
 from tests.support.throttle import Throttled
 
@@ -53,7 +54,6 @@ class SamplingParams:
     skip_special_tokens: bool = True
 
 
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
 _RESULT = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 
 
@@ -161,10 +161,4 @@ class FakeVllm(InstalledVllm):
         )
 
     def tool_calls(self, text: str) -> list[tuple[str, str]]:
-        """vLLM's hermes parser, in short: each `<tool_call>` JSON (the last may be
-        unclosed); nothing when one is not JSON."""
-        try:
-            found = [json.loads(a or b) for a, b in _CALL.findall(text)]
-        except json.JSONDecodeError:
-            return []
-        return [(c["name"], json.dumps(c["arguments"])) for c in found]
+        return hermes_calls(text)  # what vLLM's hermes parser makes of it

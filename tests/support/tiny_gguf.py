@@ -25,9 +25,8 @@ FFN = 96
 LAYERS = 2
 RMS_EPS = 1e-5
 ROPE_BASE = 10_000.0
-TOKENS = ["<unk>", "<s>", "</s>"] + [
-    chr(ord("a") + i % 26) * (1 + i // 26) for i in range(VOCAB - 3)
-]
+SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+TOKENS = SPECIALS + [chr(ord("a") + i % 26) * (1 + i // 26) for i in range(VOCAB - len(SPECIALS))]
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def _llama_permute(weight: Array, n_head: int) -> Array:
     )
 
 
-def write_gguf(model: TinyModel, path: Path) -> Path:
+def write_gguf(model: TinyModel, path: Path, chat_template: str | None = None) -> Path:
     from gguf import GGUFWriter
 
     writer = GGUFWriter(str(path), model.arch)
@@ -112,11 +111,13 @@ def write_gguf(model: TinyModel, path: Path) -> Path:
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("qwen2" if model.arch == "qwen2" else "default")
     writer.add_token_list(TOKENS)
-    writer.add_token_types([3, 3, 3] + [1] * (VOCAB - 3))
+    writer.add_token_types([3] * len(SPECIALS) + [1] * (VOCAB - len(SPECIALS)))
     writer.add_token_merges(["a a", "b b"])  # "aa", "bb" are tokens
     writer.add_unk_token_id(0)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(2)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
     def put(name: str, array: Array) -> None:
         writer.add_tensor(name, array.astype(np.float32))
@@ -190,3 +191,16 @@ def reference_logits(model: TinyModel, ids: list[int]) -> Array:
     out = model.output if model.output is not None else model.embeddings
     logits: Array = _rms(x, model.norm) @ out.T
     return logits
+
+
+# The part of Qwen2.5-Instruct's chat template that offers tools.
+QWEN25_TEMPLATE_EXCERPT = (
+    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n"
+    '    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the '
+    "user query.\\n\\nYou are provided with function signatures within <tools></tools> "
+    'XML tags:\\n<tools>" }}\n'
+    '    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function '
+    "name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
+    '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call>'
+    '<|im_end|>\\n" }}\n'
+)
