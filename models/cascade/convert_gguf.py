@@ -32,6 +32,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +80,23 @@ def _unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-# What differs between the architectures read here (``general.architecture``).
+@dataclass(frozen=True)
+class Architecture:
+    """What differs between the architectures read here (``general.architecture``),
+    as llama.cpp's convert_hf_to_gguf.py writes them."""
+
+    permuted_qk: bool = False  # Llama: Q/K rows permuted for ggml's rotary
+    qkv_bias: bool = False  # Qwen2: biases on Q, K and V
+    activation: common_spec.Activation = common_spec.Activation.SWISH  # of the gated FFN
+    # Gemma: embeddings times sqrt(hidden size); its norms' "1 + weight" is already
+    # in the file (llama.cpp adds the 1), so they load as plain RMSNorm weights.
+    scaled_embeddings: bool = False
+
+
 ARCHITECTURES = {
-    # name: (Q/K permuted by llama.cpp, biases on Q/K/V)
-    "llama": (True, False),
-    "qwen2": (False, True),
+    "llama": Architecture(permuted_qk=True),
+    "qwen2": Architecture(qkv_bias=True),
+    "gemma": Architecture(activation=common_spec.Activation.GELUTanh, scaled_embeddings=True),
 }
 
 
@@ -101,7 +114,7 @@ class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
             known = ", ".join(ARCHITECTURES)
             raise NotImplementedError(f"unsupported GGUF architecture: {arch!r} (known: {known})")
         self.arch: str = arch
-        self.permuted, self.qkv_bias = ARCHITECTURES[arch]
+        self.kind = ARCHITECTURES[arch]
         self._tensors = {t.name: t for t in self.reader.tensors}
 
     # ---- helpers -------------------------------------------------------------
@@ -133,27 +146,33 @@ class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
         num_heads_kv = int(self.meta("attention.head_count_kv", num_heads))
         rope_base = float(self.meta("rope.freq_base", 10000.0))
         rms_eps = float(self.meta("attention.layer_norm_rms_epsilon", 1e-5))
+        hidden = int(self.meta("embedding_length"))
+        head_dim = int(self.meta("attention.key_length", hidden // num_heads))
         if self.meta("rope.scaling.type") not in (None, "none"):
             raise NotImplementedError("RoPE scaling in GGUF is not handled")
 
-        # Same settings as ctranslate2.converters.transformers.LlamaLoader.
+        # Same settings as ctranslate2.converters.transformers' LlamaLoader, QwenLoader
+        # (Qwen2) and GemmaLoader.
         spec = transformer_spec.TransformerDecoderModelSpec.from_config(
             num_layers,
             num_heads,
-            activation=common_spec.Activation.SWISH,  # SiLU
+            activation=self.kind.activation,
             pre_norm=True,
-            ffn_glu=True,  # gated FFN: down(silu(gate(x)) * up(x))
+            ffn_glu=True,  # gated FFN: down(act(gate(x)) * up(x))
             rms_norm=True,
             rotary_dim=0,  # 0 = rotate the whole head dimension
-            rotary_interleave=False,  # valid because we un-permute Q/K below
+            rotary_interleave=False,  # valid once Llama's Q/K are un-permuted below
             rotary_base=rope_base,
             num_heads_kv=None if num_heads_kv == num_heads else num_heads_kv,
+            head_dim=head_dim if head_dim != hidden // num_heads else None,
         )
 
         decoder = spec.decoder
-        decoder.scale_embeddings = False
+        decoder.scale_embeddings = self.kind.scaled_embeddings
         embeddings = self.tensor("token_embd.weight")
         decoder.embeddings.weight = embeddings
+        if self.kind.scaled_embeddings:
+            decoder.embeddings.multiply_by_sqrt_depth = hidden**0.5
         decoder.layer_norm.gamma = self.tensor("output_norm.weight")
         if "output.weight" in self._tensors:
             decoder.projection.weight = self.tensor("output.weight")
@@ -170,12 +189,12 @@ class GGUFLlamaConverter(Converter):  # type: ignore[misc]  # untyped base
 
             q = self.tensor(p + "attn_q.weight")
             k = self.tensor(p + "attn_k.weight")
-            if self.permuted:
+            if self.kind.permuted_qk:
                 q, k = _unpermute_qk(q, num_heads), _unpermute_qk(k, num_heads_kv)
             v = self.tensor(p + "attn_v.weight")
             # CT2 expects a fused QKV projection (rows: q, then k, then v).
             layer.self_attention.linear[0].weight = np.concatenate([q, k, v])
-            if self.qkv_bias:
+            if self.kind.qkv_bias:
                 biases = [self.tensor(p + f"attn_{x}.bias") for x in "qkv"]
                 layer.self_attention.linear[0].bias = np.concatenate(biases)
             layer.self_attention.linear[1].weight = self.tensor(p + "attn_output.weight")
@@ -209,9 +228,12 @@ def build_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
 
     Supports ``tokenizer.ggml.model == "gpt2"`` (byte-level BPE). For the
     ``smollm`` pre-tokenizer this reproduces the original SmolLM2 tokenizer
-    (single digits split, then GPT-2 byte-level regex, no prefix space).
+    (single digits split, then GPT-2 byte-level regex, no prefix space). A
+    SentencePiece vocabulary (``"llama"``: Gemma's) is `spm_tokenizer_json`'s.
     """
     model = _field(reader, "tokenizer.ggml.model")
+    if model == "llama":
+        return spm_tokenizer_json(reader)
     if model != "gpt2":
         raise NotImplementedError(f"unsupported GGUF tokenizer model: {model!r}")
     pre = _field(reader, "tokenizer.ggml.pre", "default")
@@ -249,19 +271,7 @@ def build_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
     else:
         raise NotImplementedError(f"unsupported GGUF pre-tokenizer: {pre!r}")
 
-    added = [
-        {
-            "id": i,
-            "content": tok,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": types[i] == _TOKEN_TYPE_CONTROL,
-        }
-        for i, tok in enumerate(tokens)
-        if types[i] in (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER_DEFINED)
-    ]
+    added = _added_tokens(tokens, types)
     unk_id = _field(reader, "tokenizer.ggml.unknown_token_id")
     return {
         "version": "1.0",
@@ -285,6 +295,87 @@ def build_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
             "merges": merges,  # "a b" strings, as in HF tokenizer.json
         },
     }
+
+
+def spm_merges(pieces: list[tuple[str, float]], vocab: dict[str, int]) -> list[str]:
+    """BPE merges for a SentencePiece BPE vocabulary, which has scores instead:
+    every split of a piece into two known pieces, the higher the piece's score the
+    earlier (as transformers' SentencePieceExtractor derives them)."""
+    found: list[tuple[str, str, float]] = []
+    for piece, score in pieces:
+        splits = [
+            (piece[:i], piece[i:])
+            for i in range(1, len(piece))
+            if piece[:i] in vocab and piece[i:] in vocab
+        ]
+        splits.sort(key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
+        found += [(left, right, score) for left, right in splits]
+    found.sort(key=lambda m: m[2], reverse=True)  # stable: a piece's splits keep their order
+    return [f"{left} {right}" for left, right, _ in found]
+
+
+def spm_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
+    """A ``tokenizer.json`` for a SentencePiece BPE vocabulary (``tokenizer.ggml.model
+    == "llama"``, e.g. Gemma): spaces as "▁", an optional leading one
+    (``add_space_prefix``), merges from the scores, and unknown characters as byte
+    tokens ("<0x41>"), as Hugging Face's own Gemma tokenizer does."""
+    tokens: list[str] = list(_field(reader, "tokenizer.ggml.tokens"))
+    scores: list[float] = list(_field(reader, "tokenizer.ggml.scores"))
+    types: list[int] = list(_field(reader, "tokenizer.ggml.token_type"))
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    normal = [(t, sc) for t, sc, ty in zip(tokens, scores, types, strict=True) if ty == 1]
+    prefix = bool(_field(reader, "tokenizer.ggml.add_space_prefix", True))
+    normalizers: list[dict[str, Any]] = [
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    ]
+    decoders: list[dict[str, Any]] = [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"},
+        {"type": "Fuse"},
+    ]
+    if prefix:
+        normalizers.insert(0, {"type": "Prepend", "prepend": "\u2581"})
+        decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+    unk_id = _field(reader, "tokenizer.ggml.unknown_token_id")
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added_tokens(tokens, types),
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": None,
+        "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": tokens[int(unk_id)] if unk_id is not None else None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": spm_merges(normal, vocab),
+        },
+    }
+
+
+def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
+    """Control and user-defined tokens, matched whole before the model splits text."""
+    return [
+        {
+            "id": i,
+            "content": tok,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": types[i] == _TOKEN_TYPE_CONTROL,
+        }
+        for i, tok in enumerate(tokens)
+        if types[i] in (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER_DEFINED)
+    ]
 
 
 # --------------------------------------------------------------------------- main

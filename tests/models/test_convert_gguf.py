@@ -18,13 +18,14 @@ from tests.support.tiny_gguf import (
     TOKENS,
     random_model,
     reference_logits,
+    tokens_of,
     write_gguf,
 )
 
 IDS = [1, 7, 12, 3, 30, 30, 5, 44, 9, 2]
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma"])
 def test_converted_logits_match_the_reference(arch: str, tmp_path: Path) -> None:
     import ctranslate2
 
@@ -32,7 +33,7 @@ def test_converted_logits_match_the_reference(arch: str, tmp_path: Path) -> None
     gguf = write_gguf(model, tmp_path / f"tiny-{arch}.gguf")
     out = convert(gguf, tmp_path / "ct2", quantization="float32")
     generator = ctranslate2.Generator(str(out), compute_type="float32")
-    logits = np.array(generator.forward_batch([[TOKENS[i] for i in IDS]]))[0]
+    logits = np.array(generator.forward_batch([[tokens_of(arch)[i] for i in IDS]]))[0]
     expected = reference_logits(model, IDS)
     assert logits.shape == expected.shape
     assert np.abs(logits - expected).max() < 1e-3 * np.abs(expected).max()
@@ -57,7 +58,7 @@ def test_an_unknown_architecture_is_refused_by_name(tmp_path: Path) -> None:
     model = random_model("llama")
     falcon = type(model)("falcon", model.embeddings, model.layers, model.norm, model.output)
     gguf = write_gguf(falcon, tmp_path / "x.gguf")
-    with pytest.raises(NotImplementedError, match=r"'falcon'.*llama, qwen2"):
+    with pytest.raises(NotImplementedError, match=r"'falcon'.*llama, qwen2, gemma"):
         convert(gguf, tmp_path / "ct2")
 
 
@@ -95,3 +96,19 @@ def test_the_cascade_runs_a_qwen2_gguf_whose_template_calls_tools(
         assert not other.calls_tools
     finally:
         other.close()
+
+
+def test_a_gemma_sentencepiece_vocabulary_tokenizes_as_sentencepiece(tmp_path: Path) -> None:
+    """Merges come from the scores, spaces are "▁" with no leading one (Gemma's), and
+    a character with no piece falls back to its byte token; decoding gives the text."""
+    from tokenizers import Tokenizer
+
+    out = convert(write_gguf(random_model("gemma"), tmp_path / "g.gguf"), tmp_path / "ct2")
+    tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
+    encoded = tokenizer.encode("ab ab!", add_special_tokens=False)
+    assert encoded.tokens == ["ab", "\u2581ab", "<0x21>"]
+    assert tokenizer.decode(encoded.ids) == "ab ab!"
+    assert tokenizer.encode("<start_of_turn>ba", add_special_tokens=False).tokens == [
+        "<start_of_turn>",
+        "ba",
+    ]

@@ -4,13 +4,20 @@ reference forward pass their logits must match (numpy, float64, Hugging Face lay
 
 Random weights in Hugging Face layout go through what llama.cpp does to them on the
 way to a GGUF (Llama's Q/K row permutation); the reference reads the unpermuted ones,
-so a converter that got the layout, the biases or the rotary wrong disagrees.
+so a converter that got the layout, the biases or the rotary wrong disagrees. The
+norms are kept as the factor applied, which is what a GGUF holds for each of them
+(for Gemma llama.cpp writes its "1 + weight").
+
+Gemma's differ most: its head size is not hidden size / heads, its embeddings are
+scaled by sqrt(hidden size), its gated FFN uses tanh-GELU, and its vocabulary is
+SentencePiece's (scores instead of merges, "▁" for spaces, byte tokens).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,8 +32,28 @@ FFN = 96
 LAYERS = 2
 RMS_EPS = 1e-5
 ROPE_BASE = 10_000.0
+GEMMA_HEAD_DIM = 32  # 4 heads of 32 over a hidden size of 64, as Gemma-7B has 16 x 256 over 3072
 SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 TOKENS = SPECIALS + [chr(ord("a") + i % 26) * (1 + i // 26) for i in range(VOCAB - len(SPECIALS))]
+
+
+# Gemma's: SentencePiece pieces; merged pieces with falling scores (the order BPE
+# merges them in); "<0x21>" stands for "!" (byte fallback).
+SPM_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+SPM_BYTES = ["<0x21>"]
+SPM_CHARS = ["\u2581"] + [chr(ord("a") + i) for i in range(26)]
+SPM_MERGED = ["ab", "\u2581a", "\u2581ab", "ba", "abc", "\u2581b", "cd", "\u2581c"]
+SPM_MERGED += ["de", "ef", "fg", "gh", "hi", "ij"]
+SPM_TOKENS = SPM_SPECIALS + SPM_BYTES + SPM_CHARS + SPM_MERGED
+assert len(SPM_TOKENS) == VOCAB
+
+
+def tokens_of(arch: str) -> list[str]:
+    return SPM_TOKENS if arch == "gemma" else TOKENS
+
+
+def head_dim_of(arch: str) -> int:
+    return GEMMA_HEAD_DIM if arch == "gemma" else HIDDEN // HEADS
 
 
 @dataclass(frozen=True)
@@ -56,7 +83,7 @@ class TinyModel:
 
 def random_model(arch: str, seed: int = 0) -> TinyModel:
     rng = np.random.default_rng(seed)
-    head_dim = HIDDEN // HEADS
+    head_dim = head_dim_of(arch)
 
     def w(*shape: int) -> Array:
         return rng.normal(0, 0.2, shape)
@@ -68,21 +95,22 @@ def random_model(arch: str, seed: int = 0) -> TinyModel:
     layers = [
         Layer(
             norm(),
-            w(HIDDEN, HIDDEN),
+            w(HEADS * head_dim, HIDDEN),
             w(KV_HEADS * head_dim, HIDDEN),
             w(KV_HEADS * head_dim, HIDDEN),
-            w(HIDDEN, HIDDEN),
+            w(HIDDEN, HEADS * head_dim),
             norm(),
             w(FFN, HIDDEN),
             w(FFN, HIDDEN),
             w(HIDDEN, FFN),
-            w(HIDDEN) if biased else None,
+            w(HEADS * head_dim) if biased else None,
             w(KV_HEADS * head_dim) if biased else None,
             w(KV_HEADS * head_dim) if biased else None,
         )
         for _ in range(LAYERS)
     ]
-    output = None if arch == "qwen2" else w(VOCAB, HIDDEN)  # Qwen2.5-0.5B ties them
+    # Qwen2.5-0.5B and Gemma tie them.
+    output = None if arch in ("qwen2", "gemma") else w(VOCAB, HIDDEN)
     return TinyModel(arch, w(VOCAB, HIDDEN), layers, norm(), output)
 
 
@@ -108,14 +136,19 @@ def write_gguf(model: TinyModel, path: Path, chat_template: str | None = None) -
     writer.add_head_count_kv(KV_HEADS)
     writer.add_rope_freq_base(ROPE_BASE)
     writer.add_layer_norm_rms_eps(RMS_EPS)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2" if model.arch == "qwen2" else "default")
-    writer.add_token_list(TOKENS)
-    writer.add_token_types([3] * len(SPECIALS) + [1] * (VOCAB - len(SPECIALS)))
-    writer.add_token_merges(["a a", "b b"])  # "aa", "bb" are tokens
-    writer.add_unk_token_id(0)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
+    if model.arch == "gemma":
+        writer.add_key_length(GEMMA_HEAD_DIM)
+        writer.add_value_length(GEMMA_HEAD_DIM)
+        _write_spm_vocabulary(writer)
+    else:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("qwen2" if model.arch == "qwen2" else "default")
+        writer.add_token_list(TOKENS)
+        writer.add_token_types([3] * len(SPECIALS) + [1] * (VOCAB - len(SPECIALS)))
+        writer.add_token_merges(["a a", "b b"])  # "aa", "bb" are tokens
+        writer.add_unk_token_id(0)
+        writer.add_bos_token_id(1)
+        writer.add_eos_token_id(2)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
 
@@ -150,6 +183,28 @@ def write_gguf(model: TinyModel, path: Path, chat_template: str | None = None) -
     return path
 
 
+def _write_spm_vocabulary(writer: Any) -> None:
+    """Gemma's vocabulary as llama.cpp's `_set_vocab_sentencepiece` writes it."""
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(SPM_TOKENS)
+    scores = [0.0] * (len(SPM_TOKENS) - len(SPM_MERGED)) + [
+        -1.0 - i for i in range(len(SPM_MERGED))
+    ]
+    writer.add_token_scores(scores)
+    types = [3] * len(SPM_SPECIALS) + [6] * len(SPM_BYTES)
+    writer.add_token_types(types + [1] * (VOCAB - len(types)))
+    writer.add_add_space_prefix(False)  # Gemma's SentencePiece adds no dummy prefix
+    writer.add_unk_token_id(3)
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+
+
+def _gelu_tanh(x: Array) -> Array:
+    out: Array = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    return out
+
+
 def _rms(x: Array, gamma: Array) -> Array:
     out: Array = x / np.sqrt((x * x).mean(-1, keepdims=True) + RMS_EPS) * gamma
     return out
@@ -167,8 +222,10 @@ def _rope(x: Array) -> Array:
 
 def reference_logits(model: TinyModel, ids: list[int]) -> Array:
     """The model's logits at each position of `ids` (time, vocab)."""
-    head_dim = HIDDEN // HEADS
+    head_dim = head_dim_of(model.arch)
     x = model.embeddings[ids]
+    if model.arch == "gemma":
+        x = x * np.sqrt(HIDDEN)
     t = len(ids)
     causal = np.triu(np.full((t, t), -np.inf), 1)
     for layer in model.layers:
@@ -183,11 +240,12 @@ def reference_logits(model: TinyModel, ids: list[int]) -> Array:
         scores = q @ k.transpose(0, 2, 1) / np.sqrt(head_dim) + causal
         weights = np.exp(scores - scores.max(-1, keepdims=True))
         weights /= weights.sum(-1, keepdims=True)
-        attended = (weights @ v).transpose(1, 0, 2).reshape(t, HIDDEN)
+        attended = (weights @ v).transpose(1, 0, 2).reshape(t, HEADS * head_dim)
         x = x + attended @ layer.o.T
         h = _rms(x, layer.ffn_norm)
         gate = h @ layer.gate.T
-        x = x + ((gate / (1 + np.exp(-gate))) * (h @ layer.up.T)) @ layer.down.T
+        act = _gelu_tanh(gate) if model.arch == "gemma" else gate / (1 + np.exp(-gate))
+        x = x + (act * (h @ layer.up.T)) @ layer.down.T
     out = model.output if model.output is not None else model.embeddings
     logits: Array = _rms(x, model.norm) @ out.T
     return logits
