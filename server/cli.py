@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper directory"
     )
-    serve.add_argument("--llm-model", help="a Llama or Qwen2 .gguf (default: SmolLM2-135M)")
+    serve.add_argument("--llm-model", help="a Llama, Qwen2 or Gemma .gguf (default: SmolLM2-135M)")
     serve.add_argument("--tts-engine", choices=get_args(TtsEngineName), help="default auto")
     serve.add_argument("--tts-voice", help="a Piper VOICE.onnx (VOICE.onnx.json beside it)")
     serve.add_argument(

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     backend_retries: int = Field(default=2, ge=0)
     backend_audio: bool = False
     # Cascade: Whisper `tiny.en` (bundled), `base` (the [accurate] extra) or a
-    # CTranslate2 Whisper directory; a Llama or Qwen2 GGUF (default: the
+    # CTranslate2 Whisper directory; a Llama, Qwen2 or Gemma GGUF (default: the
     # bundled SmolLM2-135M-Instruct); the synthesizer and a Piper VOICE.onnx.
     asr_model: str = "tiny.en"
     # What hears speech held while the assistant talks (turn_detection.interruption):

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class CascadeOptions(VoiceOptions):
     """The voice, and the language model between hearing and speaking."""
 
-    llm_model: Path | None = None  # a Llama or Qwen2 GGUF; default: SmolLM2-135M
+    llm_model: Path | None = None  # a Llama, Qwen2 or Gemma GGUF; default: SmolLM2-135M
     max_output_tokens: int = 120
 
 

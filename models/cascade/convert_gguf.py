@@ -1,5 +1,5 @@
-"""Convert a Llama- or Qwen2-architecture GGUF file (e.g. SmolLM2-135M-Instruct Q4_1,
-Qwen2.5-0.5B-Instruct) into a CTranslate2 model directory, without torch or
+"""Convert a Llama-, Qwen2- or Gemma-architecture GGUF file (e.g. SmolLM2-135M-Instruct
+Q4_1, Qwen2.5-0.5B-Instruct, Gemma-2B-it) into a CTranslate2 model directory, without torch or
 transformers.
 
 Needs only: ``numpy``, ``gguf``, ``ctranslate2`` and ``tokenizers``.
@@ -16,10 +16,10 @@ What it does:
    NeoX rotary) and has biases on Q, K and V.
 3. Fills a ``TransformerDecoderModelSpec`` (pre-norm, RMSNorm, gated SiLU FFN,
    rotary, GQA) and saves it with the requested weight quantization.
-4. Rebuilds the byte-level BPE tokenizer from the GGUF metadata
-   (``tokenizer.ggml.tokens`` / ``merges`` / ``token_type``) and writes a
-   ``tokenizer.json`` (Hugging Face ``tokenizers`` format) plus the chat template
-   next to the model.
+4. Rebuilds the tokenizer from the GGUF metadata (``tokenizer.ggml.tokens`` /
+   ``merges`` / ``token_type`` for byte-level BPE; ``scores`` for SentencePiece) and
+   writes a ``tokenizer.json`` (Hugging Face ``tokenizers`` format) plus the chat
+   template next to the model.
 
 Usage::
 
@@ -409,7 +409,7 @@ def convert(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("gguf", help="input .gguf file (llama or qwen2 architecture)")
+    parser.add_argument("gguf", help="input .gguf file (llama, qwen2 or gemma architecture)")
     parser.add_argument("output_dir", help="CTranslate2 model directory to create")
     parser.add_argument(
         "--quantization",

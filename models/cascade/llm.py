@@ -9,12 +9,14 @@ progress line), instead of compiling llama.cpp for half an hour on a fresh machi
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from models.cascade.chat_template import ChatTemplate
 from models.cascade.text import ChatMessage, is_degenerate, keep_recent, render_chatml
 from models.errors import ModelMissing
 from models.speech.files import ModelInfo, cache_dir, dir_size, package_dir
@@ -23,7 +25,11 @@ from models.tool_text import template_calls_tools
 log = logging.getLogger(__name__)
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-STOP_TEXT = ("<|im_end|>", "<|im_start|>", "<|endoftext|>")
+# The ends of a turn in the chat formats of the architectures read (ChatML, Llama 3,
+# Gemma): generation stops at those in the model's vocabulary, and the reply at any
+# that shows in its text.
+END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
+STOP_TEXT = (*END_OF_TURN, "<|im_start|>", "<start_of_turn>")
 
 
 class LanguageModel(Protocol):
@@ -145,17 +151,37 @@ class Ct2LanguageModel:
             str(self.path), device="cpu", compute_type=self.compute_type, intra_threads=threads
         )
         self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        config = json.loads((self.path / "config.json").read_text())
+        vocabulary = self._tokenizer.get_vocab()
+        ends = [*END_OF_TURN, config.get("eos_token") or ""]
+        self.end_tokens = [t for t in dict.fromkeys(ends) if t in vocabulary]
         template = self.path / "chat_template.jinja"
+        source = template.read_text() if template.is_file() else ""
+        # The model's own chat format; ChatML for a GGUF that carries none.
+        self._chat = (
+            ChatTemplate(
+                source,
+                bos_token=config.get("bos_token") or "",
+                eos_token=config.get("eos_token") or "",
+            )
+            if source
+            else None
+        )
         # SmolLM2-135M's template has no tools: the bundled model never calls them.
-        self.calls_tools = template.is_file() and template_calls_tools(template.read_text())
+        self.calls_tools = template_calls_tools(source)
         self._temperature = temperature
         self._repetition_penalty = repetition_penalty
         self._no_repeat_ngram_size = no_repeat_ngram_size
 
+    def prompt(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt text for the messages this model keeps, in its chat format."""
+        kept = keep_recent(list(messages), self.history_turns)
+        return self._chat.render(kept) if self._chat is not None else render_chatml(kept)
+
     def stream(
         self, messages: Sequence[ChatMessage], *, max_tokens: int, stop: threading.Event
     ) -> Iterator[str]:
-        prompt = render_chatml(keep_recent(list(messages), self.history_turns))
+        prompt = self.prompt(messages)
         tokens = self._tokenizer.encode(prompt, add_special_tokens=False).tokens
         ids: list[int] = []
         text = ""
@@ -166,7 +192,7 @@ class Ct2LanguageModel:
             sampling_topk=1 if self._temperature == 0 else 40,
             repetition_penalty=self._repetition_penalty,
             no_repeat_ngram_size=self._no_repeat_ngram_size,
-            end_token=["<|im_end|>", "<|endoftext|>"],
+            end_token=self.end_tokens,
             # Checked by the engine after every step: stops the model itself even
             # while this thread is not reading.
             callback=lambda _step: stop.is_set(),

@@ -14,7 +14,8 @@ from models.cascade.convert_gguf import convert
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.text import ChatMessage
 from tests.support.tiny_gguf import (
-    QWEN25_TEMPLATE_EXCERPT,
+    GEMMA_TEMPLATE,
+    QWEN25_TEMPLATE,
     TOKENS,
     random_model,
     reference_logits,
@@ -81,7 +82,7 @@ def test_the_cascade_runs_a_qwen2_gguf_whose_template_calls_tools(
     the bundled SmolLM2's does not (tests/models/test_tool_text.py)."""
     monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
     model = random_model("qwen2")
-    gguf = write_gguf(model, tmp_path / "qwen.gguf", chat_template=QWEN25_TEMPLATE_EXCERPT)
+    gguf = write_gguf(model, tmp_path / "qwen.gguf", chat_template=QWEN25_TEMPLATE)
     llm = Ct2LanguageModel(gguf, temperature=0.0)
     try:
         assert llm.calls_tools
@@ -112,3 +113,24 @@ def test_a_gemma_sentencepiece_vocabulary_tokenizes_as_sentencepiece(tmp_path: P
         "<start_of_turn>",
         "ba",
     ]
+
+
+def test_the_cascade_runs_a_gemma_gguf_in_its_own_chat_format(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--llm-model` with a Gemma GGUF: its template (no system role) renders the
+    prompt, its <end_of_turn> ends the reply, and it is not given tools."""
+    monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = write_gguf(random_model("gemma"), tmp_path / "gemma.gguf", chat_template=GEMMA_TEMPLATE)
+    llm = Ct2LanguageModel(gguf)
+    try:
+        assert not llm.calls_tools
+        assert llm.end_tokens == ["<end_of_turn>", "<eos>"]
+        messages = [ChatMessage("system", "Be brief."), ChatMessage("user", "ab")]
+        assert llm.prompt(messages) == (
+            "<bos><start_of_turn>user\nBe brief.\n\nab<end_of_turn>\n<start_of_turn>model\n"
+        )
+        reply = "".join(llm.stream(messages, max_tokens=6, stop=threading.Event()))
+        assert reply
+    finally:
+        llm.close()

@@ -18,7 +18,7 @@ from models.tool_text import (
     template_calls_tools,
     tools_block,
 )
-from tests.support.tiny_gguf import QWEN25_TEMPLATE_EXCERPT
+from tests.support.tiny_gguf import QWEN25_TEMPLATE
 
 ORDER = Tool(
     "lookup_order",
@@ -120,4 +120,4 @@ def test_which_templates_call_tools() -> None:
 
     field = GGUFReader(str(bundled_gguf())).fields["tokenizer.chat_template"]
     assert not template_calls_tools(field.contents())
-    assert template_calls_tools(QWEN25_TEMPLATE_EXCERPT)
+    assert template_calls_tools(QWEN25_TEMPLATE)

@@ -251,14 +251,47 @@ def reference_logits(model: TinyModel, ids: list[int]) -> Array:
     return logits
 
 
-# The part of Qwen2.5-Instruct's chat template that offers tools.
-QWEN25_TEMPLATE_EXCERPT = (
-    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n"
+# Qwen2.5-Instruct's chat template, abridged (its branches for `tool_calls` and `tool`
+# messages left out: Parley writes those as text): ChatML, with the tools block.
+QWEN25_TEMPLATE = (
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}\n"
+    "    {%- else %}{{- 'You are Qwen, created by Alibaba Cloud.' }}{%- endif %}\n"
     '    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the '
     "user query.\\n\\nYou are provided with function signatures within <tools></tools> "
     'XML tags:\\n<tools>" }}\n'
+    '    {%- for tool in tools %}{{- "\\n" }}{{- tool | tojson }}{%- endfor %}\n'
     '    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function '
     "name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
     '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call>'
     '<|im_end|>\\n" }}\n'
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if message.role != 'system' or not loop.first %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n"
+)
+
+# Gemma's (1.x) chat template: no system role, user and model turns alternating.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"
 )
