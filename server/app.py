@@ -61,7 +61,10 @@ def make_executor(settings: Settings) -> Executor:
         voice = asdict(voice_options(settings))
         return build_cascade(
             CascadeOptions(
-                **voice, llm_model=settings.llm_model, max_output_tokens=settings.max_output_tokens
+                **voice,
+                llm_model=settings.llm_model,
+                max_output_tokens=settings.max_output_tokens,
+                max_sentences=settings.max_sentences,
             )
         )
     if settings.executor in ("vllm", "openai_compat"):

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     # Concurrent calls into each model stage; more sessions wait their turn.
     model_concurrency: int = Field(default=1, ge=1)
     max_output_tokens: int = Field(default=120, ge=1)
+    # The cascade ends a spoken answer after this many sentences (a line of a list
+    # counts as one); 0: only the model or max_output_tokens ends it.
+    max_sentences: int = Field(default=3, ge=0)
     # Scripted executor: audio per chunk and the wall-clock pause between chunks; a
     # 24 kHz mono pcm16 WAV every audio reply speaks whole instead of its short tone
     # (an assistant that talks for seconds: make eval-turns' interruptions).

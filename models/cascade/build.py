@@ -26,6 +26,7 @@ class CascadeOptions(VoiceOptions):
 
     llm_model: Path | None = None  # a Llama, Qwen2 or Gemma GGUF; default: SmolLM2-135M
     max_output_tokens: int = 120
+    max_sentences: int = 3  # a spoken answer's length (0: no limit)
 
 
 def build_cascade(options: CascadeOptions) -> CascadeExecutor:
@@ -41,6 +42,7 @@ def build_cascade(options: CascadeOptions) -> CascadeExecutor:
         tts,
         concurrency=options.concurrency,
         max_output_tokens=options.max_output_tokens,
+        max_sentences=options.max_sentences,
     )
 
 

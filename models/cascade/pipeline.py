@@ -33,7 +33,7 @@ from models.base import (
     PromptItem,
 )
 from models.cascade.llm import LanguageModel
-from models.cascade.text import ChatMessage, chat_messages
+from models.cascade.text import ChatMessage, chat_messages, spoken_end
 from models.speculative_responses import SpeculativeResponses
 from models.speech.asr import SpeechRecognizer
 from models.speech.slots import StageSlots
@@ -70,11 +70,14 @@ class CascadeExecutor(Executor):
         concurrency: int = 1,
         output_rate: int = PCM_RATE,
         max_output_tokens: int = 120,
+        max_sentences: int = 0,
         transcript_cache: int = 4096,
     ) -> None:
         self.asr, self.llm, self.tts = asr, llm, tts
         self.output_rate = output_rate
         self.max_output_tokens = max_output_tokens
+        # A spoken answer ends after this many sentences (0: when the model ends it).
+        self.max_sentences = max_sentences
         self.slots = {stage: StageSlots(stage, concurrency) for stage in ("asr", "llm", "tts")}
         self.speaker = Speaker(tts, self.slots["tts"], output_rate)
         self.stats = CascadeStats()
@@ -235,12 +238,21 @@ class CascadeExecutor(Executor):
         self, request_id: str, messages: list[ChatMessage], limit: int, stop: threading.Event
     ) -> Iterator[str]:
         counts = self.stats.tokens_by_request
+        text = ""
         for piece in self.llm.stream(messages, max_tokens=limit, stop=stop):
             if stop.is_set():
                 return  # made after the abort: not part of the answer
             self.stats.tokens += 1
             counts[request_id] = counts.get(request_id, 0) + 1
             self.stats.mark(request_id, "first_token")
+            text += piece
+            end = spoken_end(text, self.max_sentences) if self.max_sentences else None
+            if end is not None:
+                # Long enough to hear: the rest is not written (closing the model's
+                # stream stops it).
+                if said := piece[: len(piece) - (len(text) - end)]:
+                    yield said
+                return
             yield piece
 
     async def abort(self, request_id: str) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from models.base import Prompt, PromptItem, Tool
+from models.speech.sentences import is_abbreviation
 from models.tool_text import call_text, result_text, tools_block
 
 DEFAULT_INSTRUCTIONS = (
@@ -89,6 +91,32 @@ def render_chatml(messages: list[ChatMessage]) -> str:
     assistant's turn open."""
     parts = [f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in messages]
     return "".join(parts) + "<|im_start|>assistant\n"
+
+
+# A sentence end: . ! or ? (and any closing quotes or brackets) before whitespace.
+_SENTENCE_END = re.compile(r"[.!?]+[\"')\]\u201d\u2019]*(?=\s)")
+
+
+def spoken_end(text: str, max_sentences: int) -> int | None:
+    """Where a spoken answer stops (an index into `text`): after its
+    `max_sentences`-th sentence, a line counting as one (a list item, a heading);
+    None while the answer is shorter. The bundled model answered "recommend a book"
+    with a list it never finished (75 words, 30 s of speech) and "make pancakes" with
+    65 words; its other answers to one-line questions were one or two sentences."""
+    ends = [
+        m.end()
+        for m in _SENTENCE_END.finditer(text)
+        if not (m.group() == "." and is_abbreviation(text[: m.start()]))  # "Dr.", "e.g."
+    ]
+    ends += [i for i, ch in enumerate(text) if ch == "\n"]
+    said, last = 0, 0
+    for end in sorted(set(ends)):
+        if text[last:end].strip():  # something was said since the last end
+            said += 1
+            if said >= max_sentences:
+                return end
+        last = end
+    return None
 
 
 def is_degenerate(text: str, *, window: int = 48, max_period: int = 16, repeats: int = 3) -> bool:

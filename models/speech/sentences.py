@@ -25,7 +25,7 @@ ABBREVIATIONS = frozenset(
 )
 
 
-def _is_abbreviation(before: str) -> bool:
+def is_abbreviation(before: str) -> bool:
     """Whether a period after `before` (the sentence so far) is not a sentence end."""
     words = before.split()
     if not words:
@@ -106,7 +106,7 @@ def _split(buffer: str, first: bool) -> tuple[list[str], str]:
                 continue  # a run of marks up to the cap: cut above
             if end == n:
                 break  # whether it ends a sentence depends on the next character
-            if buffer[end].isspace() and not (ch == "." and _is_abbreviation(buffer[start:i])):
+            if buffer[end].isspace() and not (ch == "." and is_abbreviation(buffer[start:i])):
                 cut(end, end)
             i = end
         elif (

@@ -209,3 +209,22 @@ async def test_an_answer_begun_in_a_final_looking_pause_is_the_one_spoken(
         item_id = h.of("input_audio_buffer.committed")[0]["item_id"]
         assert "weather" in (executor.transcript(item_id) or "").lower()
         assert not h.errors()
+
+
+async def test_a_spoken_answer_ends_after_its_sentences(
+    asr: WhisperRecognizer, tts: PiperSynthesizer
+) -> None:
+    """With `max_sentences` the model stops writing once the answer holds that many:
+    a 400-word story is two sentences of speech, and the response is complete."""
+    executor = CascadeExecutor(asr, StoryModel(400), tts, max_output_tokens=400, max_sentences=2)
+    async with Harness(executor) as h:
+        await say(h, "weather")
+        await h.wait_until(lambda: done_count(h) == 1)
+        response = h.responses_done()[0]
+        assert response["status"] == "completed", response
+        transcript = response["output"][0]["content"][0]["transcript"]
+        assert transcript.strip().endswith("word15.") and transcript.count(".") == 2
+        rid = response["id"]
+        # The model wrote up to " word16", where the second sentence was seen to end.
+        assert executor.stats.tokens_by_request[rid] == 17
+        assert not h.errors()

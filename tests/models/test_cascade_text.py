@@ -15,6 +15,7 @@ from models.cascade.text import (
     chat_messages,
     is_degenerate,
     render_chatml,
+    spoken_end,
 )
 
 AUDIO = np.zeros(10, np.int16)
@@ -165,3 +166,29 @@ def test_a_model_without_tools_sees_no_calls() -> None:
         ChatMessage("system", DEFAULT_INSTRUCTIONS),
         ChatMessage("user", "Where is my order?"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences", "kept"),
+    [
+        ("One. Two! Three? Four.", 3, "One. Two! Three?"),
+        ("Dr. Smith is here. He is nice. Yes", 2, "Dr. Smith is here. He is nice."),
+        ("Pi is 3.14 and e is 2.7. Done. Next", 2, "Pi is 3.14 and e is 2.7. Done."),
+        # The bundled model's answer to "Can you recommend a good book?", abridged.
+        (
+            'Some popular books:\n\n- "The Nightingale" by Elizabeth\n- "A Christmas Carol"\n- "',
+            3,
+            'Some popular books:\n\n- "The Nightingale" by Elizabeth\n- "A Christmas Carol"',
+        ),
+    ],
+)
+def test_a_spoken_answer_ends_after_its_sentences(text: str, sentences: int, kept: str) -> None:
+    end = spoken_end(text, sentences)
+    assert end is not None and text[:end] == kept
+
+
+def test_a_short_answer_is_not_cut() -> None:
+    assert spoken_end("Paris is the capital of France.", 3) is None
+    assert spoken_end("One. Two.", 3) is None  # the last end waits for what follows
+    assert spoken_end("One. Two. Three.", 3) is None
+    assert spoken_end("One. Two. Three. ", 3) == len("One. Two. Three.")

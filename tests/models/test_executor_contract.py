@@ -309,6 +309,10 @@ async def test_a_backend_failure_fails_the_response_and_the_session_lives(kit: K
     await contract.a_backend_failure_fails_the_response_and_the_session_lives(kit)
 
 
+async def test_a_token_limit_cuts_the_answer(kit: Kit) -> None:
+    await contract.a_token_limit_cuts_the_answer(kit)
+
+
 async def test_a_function_call_round_trips_or_the_tools_are_kept(kit: Kit) -> None:
     await contract.a_function_call_round_trips_or_the_tools_are_kept(kit)
 

@@ -119,6 +119,23 @@ async def cancel_before_the_first_token(kit: Kit) -> None:
         assert not h.errors()
 
 
+async def a_token_limit_cuts_the_answer(kit: Kit) -> None:
+    """`max_output_tokens` is honoured: the spoken answer stops at the limit (a token
+    is a word or part of one), incomplete for that reason, what was said kept."""
+    async with Harness(kit.executor) as h:
+        session = {"type": "realtime", "max_output_tokens": 3}
+        await h.send({"type": "session.update", "session": session})
+        await say(h, "weather")
+        await h.wait_until(lambda: len(done(h)) == 1)
+        response = done(h)[0]
+        assert response["status"] == "incomplete", response
+        assert response["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+        transcript = response["output"][0]["content"][0]["transcript"]
+        assert 0 < len(transcript.split()) <= 3, transcript
+        assert audio_deltas(h, response["id"])
+        assert not h.errors()
+
+
 async def a_backend_failure_fails_the_response_and_the_session_lives(kit: Kit) -> None:
     kit.fail()
     async with Harness(kit.executor) as h:
