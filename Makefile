@@ -100,9 +100,10 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 # Voice-to-voice latency of the embedded pipeline, synthesis time against text length,
+# the speed of language models a user may bring (bench/llm_sizes.py, ~15 minutes),
 # the end-of-turn model's cost per call,
 # turn detection per VAD backend, and capacity under load beside the floor, server_vad
-# and semantic_vad (about 11 minutes on 2 cores); tables on stdout,
+# and semantic_vad (about 26 minutes on 2 cores); tables on stdout,
 # JSON and a plot in bench/results/ (docs/performance.md). Voice to voice runs over a
 # real WebSocket against a server in its own process, server_vad and semantic_vad: what
 # a client sees, with the same model stages the in-process run (--transport inproc)
@@ -112,6 +113,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.voice_to_voice --transport ws
 	$(BIN)/python -m bench.voice_to_voice --transport rtc
 	$(BIN)/python -m bench.tts_first_audio
+	$(BIN)/python -m bench.llm_sizes
 	$(BIN)/python -m bench.turn_model
 	$(BIN)/python -m bench.vad_backends
 	$(BIN)/python -m bench.denoise
