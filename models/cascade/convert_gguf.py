@@ -15,7 +15,8 @@ What it does:
    does for ``LlamaForCausalLM``. Qwen2 is stored unpermuted (llama.cpp runs it with
    NeoX rotary) and has biases on Q, K and V.
 3. Fills a ``TransformerDecoderModelSpec`` (pre-norm, RMSNorm, gated SiLU FFN,
-   rotary, GQA) and saves it with the requested weight quantization.
+   rotary, GQA; Gemma: tanh-GELU, scaled embeddings, its own head size) and saves it
+   with the requested weight quantization.
 4. Rebuilds the tokenizer from the GGUF metadata (``tokenizer.ggml.tokens`` /
    ``merges`` / ``token_type`` for byte-level BPE; ``scores`` for SentencePiece) and
    writes a ``tokenizer.json`` (Hugging Face ``tokenizers`` format) plus the chat
