@@ -1,0 +1,132 @@
+"""MCP tools (engine/mcp.py, engine/mcp_client.py): which tools a session's MCP
+server offers and which calls wait for approval, as pure decisions; listing and
+calling tools on a local MCP server (the `mcp` package's own), with every failure
+an error in OpenAI's shape."""
+
+from __future__ import annotations
+
+import json
+
+from engine.mcp import (
+    ApprovalFilter,
+    McpError,
+    McpServer,
+    McpTool,
+    ToolFilter,
+    needs_approval,
+    offered,
+)
+from engine.mcp_client import StreamableHttpMcp
+from tests.support.mcp_server import local_mcp
+from tests.support.servers import free_port
+
+LOOKUP = McpTool("lookup_order", read_only=True)
+CANCEL = McpTool("cancel_order")
+
+
+def server(**kw: object) -> McpServer:
+    return McpServer("orders", "http://127.0.0.1:1/mcp", **kw)  # type: ignore[arg-type]
+
+
+def test_allowed_tools_narrow_what_is_offered() -> None:
+    assert offered(CANCEL, server())  # no allowed_tools: every tool
+    assert not offered(CANCEL, server(allowed=ToolFilter(("lookup_order",))))
+    assert offered(LOOKUP, server(allowed=ToolFilter(("lookup_order",))))
+    assert offered(LOOKUP, server(allowed=ToolFilter(read_only=True)))
+    assert not offered(CANCEL, server(allowed=ToolFilter(read_only=True)))
+    both = ToolFilter(("lookup_order", "cancel_order"), read_only=True)
+    assert [offered(t, server(allowed=both)) for t in (LOOKUP, CANCEL)] == [True, False]
+    assert not offered(LOOKUP, server(allowed=ToolFilter()))  # an empty filter
+
+
+def test_calls_wait_for_approval_unless_a_rule_lets_them_run() -> None:
+    assert needs_approval(CANCEL, server())  # OpenAI's default: always ask
+    assert not needs_approval(CANCEL, server(approval="never"))
+    never_reads = ApprovalFilter(never=ToolFilter(read_only=True))
+    assert not needs_approval(LOOKUP, server(approval=never_reads))
+    assert needs_approval(CANCEL, server(approval=never_reads))  # named by no filter
+    always_cancel = ApprovalFilter(
+        always=ToolFilter(("cancel_order",)), never=ToolFilter(read_only=False)
+    )
+    assert needs_approval(CANCEL, server(approval=always_cancel))  # `always` wins
+    assert needs_approval(LOOKUP, server(approval=always_cancel))
+
+
+def test_authorization_goes_as_a_bearer_token_beside_the_headers() -> None:
+    s = server(headers=(("X-Team", "blue"),), authorization="tok")
+    assert s.request_headers() == {"X-Team": "blue", "Authorization": "Bearer tok"}
+
+
+def test_errors_have_openais_shape() -> None:
+    assert McpError("tool_execution_error", "boom").wire() == {
+        "type": "tool_execution_error",
+        "message": "boom",
+    }
+    assert McpError("http_error", "no", 401).wire() == {
+        "type": "http_error",
+        "message": "no",
+        "code": 401,
+    }
+
+
+async def test_a_local_server_lists_its_tools_and_runs_a_call() -> None:
+    async with local_mcp() as mcp:
+        s = McpServer("orders", mcp.url, headers=(("X-Team", "blue"),), authorization="tok")
+        client = StreamableHttpMcp()
+        tools = await client.list_tools(s)
+        assert not isinstance(tools, McpError)
+        by_name = {t.name: t for t in tools}
+        assert set(by_name) == {"lookup_order", "cancel_order", "broken_order", "slow_order"}
+        assert by_name["lookup_order"].read_only and not by_name["cancel_order"].read_only
+        assert by_name["lookup_order"].description == "Look up an order by its id."
+        schema = json.loads(by_name["lookup_order"].input_schema)
+        assert schema["required"] == ["order_id"]
+        result = await client.call_tool(s, "lookup_order", {"order_id": "A-17"})
+        assert result.output == "Order A-17 shipped yesterday." and result.error is None
+        assert mcp.calls == [("lookup_order", {"order_id": "A-17"})]
+        assert all(h.get("x-team") == "blue" for h in mcp.headers)
+        assert all(h.get("authorization") == "Bearer tok" for h in mcp.headers)
+
+
+async def test_a_failing_tool_is_a_tool_execution_error() -> None:
+    async with local_mcp() as mcp:
+        result = await StreamableHttpMcp().call_tool(
+            McpServer("orders", mcp.url), "broken_order", {"order_id": "A-17"}
+        )
+        assert result.output is None and result.error is not None
+        assert result.error.kind == "tool_execution_error"
+
+
+async def test_an_unknown_tool_is_an_error_and_the_server_lives() -> None:
+    async with local_mcp() as mcp:
+        client, s = StreamableHttpMcp(), McpServer("orders", mcp.url)
+        result = await client.call_tool(s, "no_such_tool", {})
+        assert result.error is not None, result
+        again = await client.call_tool(s, "lookup_order", {"order_id": "B-2"})
+        assert again.output == "Order B-2 shipped yesterday."
+
+
+async def test_a_server_that_cannot_be_reached_is_an_http_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    listed = await StreamableHttpMcp().list_tools(McpServer("orders", url))
+    assert isinstance(listed, McpError) and listed.kind == "http_error", listed
+    assert "could not be reached" in listed.message
+
+
+async def test_a_wrong_path_is_a_protocol_error_with_its_code() -> None:
+    """The `mcp` client reports a 404 as JSON-RPC's "Not Found" (-32601)."""
+    async with local_mcp() as mcp:
+        listed = await StreamableHttpMcp().list_tools(McpServer("orders", mcp.url + "x"))
+        assert isinstance(listed, McpError), listed
+        assert (listed.kind, listed.code) == ("protocol_error", -32601)
+        assert listed.message == "orders: Not Found"
+
+
+async def test_a_call_that_takes_too_long_fails_and_is_not_waited_for() -> None:
+    async with local_mcp() as mcp:
+        client = StreamableHttpMcp(timeout_s=0.5)
+        result = await client.call_tool(
+            McpServer("orders", mcp.url), "slow_order", {"order_id": "C"}
+        )
+        assert result.error is not None and result.error.kind == "http_error"
+        assert "no answer" in result.error.message

@@ -1,0 +1,74 @@
+"""A local MCP server for the tests: the `mcp` package's own server over Streamable
+HTTP on a free port, run by uvicorn in the test's event loop. Its tools look up and
+cancel orders; one is annotated read-only, one always fails, one is slow. It keeps
+the headers of every request it was sent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from tests.support.servers import bound_socket, serving
+
+
+@dataclass
+class LocalMcp:
+    url: str
+    headers: list[dict[str, str]] = field(default_factory=list)  # of each request
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    slow: asyncio.Event = field(default_factory=asyncio.Event)  # set: the slow tool ends
+
+
+def _server(state: LocalMcp) -> Any:
+    from mcp.server.mcpserver import MCPServer
+    from mcp_types import ToolAnnotations
+
+    server = MCPServer("orders")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def lookup_order(order_id: str) -> str:
+        """Look up an order by its id."""
+        state.calls.append(("lookup_order", {"order_id": order_id}))
+        return f"Order {order_id} shipped yesterday."
+
+    @server.tool()
+    def cancel_order(order_id: str) -> str:
+        """Cancel an order."""
+        state.calls.append(("cancel_order", {"order_id": order_id}))
+        return f"Order {order_id} is cancelled."
+
+    @server.tool()
+    def broken_order(order_id: str) -> str:
+        """Always fails."""
+        raise ValueError(f"no order {order_id}")
+
+    @server.tool()
+    async def slow_order(order_id: str) -> str:
+        """Answers once the test lets it."""
+        await state.slow.wait()
+        return f"Order {order_id} took its time."
+
+    return server
+
+
+@contextlib.asynccontextmanager
+async def local_mcp() -> AsyncIterator[LocalMcp]:
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    state = LocalMcp(f"http://127.0.0.1:{port}/mcp")
+    app = _server(state).streamable_http_app()
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            state.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        await app(scope, receive, send)
+
+    config = uvicorn.Config(recording, log_level="warning", lifespan="on")
+    async with serving(config, sock, name="local mcp server"):
+        yield state
+        state.slow.set()
