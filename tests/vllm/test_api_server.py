@@ -180,8 +180,16 @@ async def kit(api_server: str, tiny_model: Path) -> AsyncIterator[contract.Kit]:
     async def stopped(rid: str, h: Harness) -> None:
         assert rid in ex.stats.aborted
         start = time.monotonic()
-        while await running_requests(api_server) != 0:
-            assert time.monotonic() - start < 30, "the server still runs the request"
+        while True:
+            # vLLM's CPU workers busy-wait on both cores of a small runner, and its HTTP
+            # server once took over 30 s to accept a connection there: a failed
+            # scrape is tried again within the deadline, not taken for an answer.
+            try:
+                if await running_requests(api_server) == 0:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() - start < 60, "the server still runs the request"
             await asyncio.sleep(0.05)
         FIGURES["stream closed to server idle (api_server, upper bound)"] = max(
             FIGURES.get("stream closed to server idle (api_server, upper bound)", 0.0),
