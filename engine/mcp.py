@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine.protocol.events import McpFilterIn, ToolIn
+
 Approval = Literal["always", "never"]
 
 
@@ -118,3 +120,39 @@ class McpResult:
 
     output: str | None = None
     error: McpError | None = None
+
+
+def _filter_of(sent: McpFilterIn | None) -> ToolFilter | None:
+    if sent is None:
+        return None
+    names = None if sent.tool_names is None else tuple(sent.tool_names)
+    return ToolFilter(names, sent.read_only)
+
+
+def server_of(tool: ToolIn) -> McpServer:
+    """A session's `type: "mcp"` tool, once `normalize` has checked that it has its
+    label and URL."""
+    assert tool.server_label is not None and tool.server_url is not None
+    sent_allowed = tool.allowed_tools
+    allowed = (
+        ToolFilter(tuple(sent_allowed))
+        if isinstance(sent_allowed, list)
+        else _filter_of(sent_allowed)
+    )
+    rule = tool.require_approval
+    approval: Approval | ApprovalFilter = (
+        "always"
+        if rule is None
+        else rule
+        if isinstance(rule, str)
+        else ApprovalFilter(_filter_of(rule.always), _filter_of(rule.never))
+    )
+    return McpServer(
+        tool.server_label,
+        tool.server_url,
+        tuple((tool.headers or {}).items()),
+        tool.authorization,
+        allowed,
+        approval,
+        tool.server_description or "",
+    )

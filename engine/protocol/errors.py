@@ -11,7 +11,8 @@ from pydantic import ValidationError
 # Tags of the unions in `events`: pydantic puts a union member's tag in an error's
 # location, and the client never sent it, so `param` leaves these out.
 TAG_OBJECT, TAG_STRING, TAG_INTEGER, TAG_INF = "<object>", "<string>", "<integer>", "<inf>"
-UNION_TAGS = frozenset({TAG_OBJECT, TAG_STRING, TAG_INTEGER, TAG_INF})
+TAG_ARRAY = "<array>"
+UNION_TAGS = frozenset({TAG_OBJECT, TAG_STRING, TAG_INTEGER, TAG_INF, TAG_ARRAY})
 
 # Pydantic error type -> what the field takes, in OpenAI's words.
 _EXPECTED = {
@@ -30,6 +31,7 @@ _EXPECTED = {
     # the unions of `events`
     "int_or_inf_type": "an integer or 'inf'",
     "string_or_object_type": "a string or an object",
+    "array_or_object_type": "an array or an object",
 }
 
 

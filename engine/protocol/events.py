@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
 
-from engine.protocol.errors import TAG_INF, TAG_INTEGER, TAG_OBJECT, TAG_STRING
+from engine.protocol.errors import TAG_ARRAY, TAG_INF, TAG_INTEGER, TAG_OBJECT, TAG_STRING
 from engine.protocol.nesting import JsonObject
 
 # Unknown fields are ignored rather than refused: newer clients send fields this
@@ -125,15 +125,76 @@ class AudioIn(_Loose):
     output: AudioOutputIn | None = None
 
 
+class McpFilterIn(_Loose):
+    """An MCP tool filter: by name and/or by the tool's read-only hint."""
+
+    tool_names: list[Annotated[str, Field(max_length=256)]] | None = Field(
+        default=None, max_length=1024
+    )
+    read_only: bool | None = None
+
+
+def _array_or_object(value: object) -> str | None:
+    if isinstance(value, list):
+        return TAG_ARRAY
+    return TAG_OBJECT if isinstance(value, dict | McpFilterIn) else None
+
+
+# An MCP tool's `allowed_tools`: tool names, or a filter.
+AllowedToolsIn = Annotated[
+    Annotated[list[Annotated[str, Field(max_length=256)]], Tag(TAG_ARRAY)]
+    | Annotated[McpFilterIn, Tag(TAG_OBJECT)],
+    Discriminator(
+        _array_or_object,
+        custom_error_type="array_or_object_type",
+        custom_error_message="Input should be an array or an object",
+    ),
+]
+
+
+class McpApprovalIn(_Loose):
+    always: McpFilterIn | None = None
+    never: McpFilterIn | None = None
+
+
+def _approval_tag(value: object) -> str | None:
+    if isinstance(value, dict | McpApprovalIn):
+        return TAG_OBJECT
+    return TAG_STRING if isinstance(value, str) else None
+
+
+# An MCP tool's `require_approval`: "always", "never", or filters under each.
+RequireApprovalIn = Annotated[
+    Annotated[McpApprovalIn, Tag(TAG_OBJECT)]
+    | Annotated[Literal["always", "never"], Tag(TAG_STRING)],
+    Discriminator(
+        _approval_tag,
+        custom_error_type="string_or_object_type",
+        custom_error_message="Input should be a string or an object",
+    ),
+]
+
+
 class ToolIn(_Loose):
     # OpenAI also takes MCP servers as tools: accepted here so one cannot drop a whole
     # session.update (engine/session_config.py reports it as not applied). A function
-    # needs its name: `normalize` checks, as a missing required parameter.
+    # needs its name, an MCP tool its label and URL: `normalize` checks, as missing
+    # required parameters.
     type: Literal["function", "mcp"] = "function"
     name: str | None = None
-    server_label: str | None = None
+    server_label: str | None = Field(default=None, max_length=256)
     description: str | None = None
     parameters: JsonObject | None = None
+    # MCP (engine/mcp.py).
+    server_url: str | None = Field(default=None, max_length=2048)
+    connector_id: str | None = None
+    allowed_tools: AllowedToolsIn | None = None
+    require_approval: RequireApprovalIn | None = None
+    headers: dict[str, Annotated[str, Field(max_length=8192)]] | None = Field(
+        default=None, max_length=64
+    )
+    authorization: str | None = Field(default=None, max_length=8192)
+    server_description: str | None = None
 
 
 class ToolChoiceFunction(_Loose):

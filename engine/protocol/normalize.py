@@ -80,20 +80,29 @@ def normalize(event: ClientEvent) -> ClientEvent:
 
 
 def _check_tools(tools: list[ToolIn] | None, param: str, *, allow_mcp: bool = True) -> None:
-    """A function tool needs its name; an MCP tool is refused where nothing else of the
+    """A function tool needs its name, an MCP tool its label and its server's URL
+    (Parley reaches no connectors); an MCP tool is refused where nothing else of the
     event could still apply (a response's tools)."""
     for i, tool in enumerate(tools or ()):
-        if tool.type == "function" and tool.name is None:
-            where = f"{param}[{i}].name"
-            raise ProtocolError(
-                "missing_required_parameter", f"Missing required parameter: '{where}'.", where
-            )
         if tool.type == "mcp" and not allow_mcp:
             raise ProtocolError(
                 "unsupported_value",
                 "MCP tools are not supported; use function tools.",
                 f"{param}[{i}].type",
             )
+        if tool.type == "mcp" and tool.server_url is None and tool.connector_id is not None:
+            raise ProtocolError(
+                "unsupported_value",
+                "MCP connectors are not supported; give the server's server_url.",
+                f"{param}[{i}].connector_id",
+            )
+        required = ("name",) if tool.type == "function" else ("server_label", "server_url")
+        for field in required:
+            if getattr(tool, field) is None:
+                where = f"{param}[{i}].{field}"
+                raise ProtocolError(
+                    "missing_required_parameter", f"Missing required parameter: '{where}'.", where
+                )
 
 
 def normalize_session(session: SessionIn) -> SessionIn:

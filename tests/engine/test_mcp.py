@@ -1,11 +1,13 @@
 """MCP tools (engine/mcp.py, engine/mcp_client.py): which tools a session's MCP
 server offers and which calls wait for approval, as pure decisions; listing and
 calling tools on a local MCP server (the `mcp` package's own), with every failure
-an error in OpenAI's shape."""
+an error in OpenAI's shape; and the tool as a client sends it."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from engine.mcp import (
     ApprovalFilter,
@@ -15,8 +17,10 @@ from engine.mcp import (
     ToolFilter,
     needs_approval,
     offered,
+    server_of,
 )
 from engine.mcp_client import StreamableHttpMcp
+from engine.protocol import ProtocolError, SessionUpdate, parse_client_event
 from tests.support.mcp_server import local_mcp
 from tests.support.servers import free_port
 
@@ -130,3 +134,73 @@ async def test_a_call_that_takes_too_long_fails_and_is_not_waited_for() -> None:
         )
         assert result.error is not None and result.error.kind == "http_error"
         assert "no answer" in result.error.message
+
+
+# --- the tool as a client sends it --------------------------------------------------
+
+
+def mcp_tool(event_id: str = "evt_1", **fields: object) -> McpServer:
+    """The first tool of a session.update carrying one MCP tool, parsed and checked
+    as the session parses it."""
+    tool = {"type": "mcp", "server_label": "orders", **fields}
+    event = {"type": "session.update", "event_id": event_id, "session": {"tools": [tool]}}
+    parsed = parse_client_event(json.dumps(event), 1 << 20)
+    assert isinstance(parsed, SessionUpdate) and parsed.session.tools is not None
+    return server_of(parsed.session.tools[0])
+
+
+def test_a_sent_mcp_tool_becomes_its_server() -> None:
+    s = mcp_tool(
+        server_url="https://mcp.example/mcp",
+        allowed_tools=["lookup_order"],
+        require_approval="never",
+        headers={"X-Team": "blue"},
+        authorization="tok",
+        server_description="Orders",
+    )
+    assert s == McpServer(
+        "orders",
+        "https://mcp.example/mcp",
+        (("X-Team", "blue"),),
+        "tok",
+        ToolFilter(("lookup_order",)),
+        "never",
+        "Orders",
+    )
+
+
+def test_filters_and_the_default_approval() -> None:
+    plain = mcp_tool(server_url="https://mcp.example/mcp")
+    assert plain.allowed is None and plain.approval == "always"
+    filtered = mcp_tool(
+        server_url="https://mcp.example/mcp",
+        allowed_tools={"read_only": True},
+        require_approval={"never": {"tool_names": ["lookup_order"]}},
+    )
+    assert filtered.allowed == ToolFilter(None, True)
+    assert filtered.approval == ApprovalFilter(None, ToolFilter(("lookup_order",)))
+
+
+@pytest.mark.parametrize(
+    ("fields", "code", "param"),
+    [
+        ({}, "missing_required_parameter", "session.tools[0].server_url"),
+        ({"connector_id": "connector_gmail"}, "unsupported_value", "session.tools[0].connector_id"),
+        (
+            {"server_url": "https://x", "allowed_tools": "lookup_order"},
+            "invalid_type",
+            "session.tools[0].allowed_tools",
+        ),
+        (
+            {"server_url": "https://x", "require_approval": "sometimes"},
+            "invalid_value",
+            "session.tools[0].require_approval",
+        ),
+    ],
+)
+def test_a_bad_mcp_tool_is_refused_naming_the_field(
+    fields: dict[str, object], code: str, param: str
+) -> None:
+    with pytest.raises(ProtocolError) as info:
+        mcp_tool(**fields)
+    assert (info.value.code, info.value.param, info.value.event_id) == (code, param, "evt_1")

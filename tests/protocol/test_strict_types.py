@@ -124,7 +124,8 @@ def wrong_values(annotation: Any) -> Iterator[tuple[Any, str, str | None]]:
                 for name, field in member.model_fields.items():
                     for value, path, expects in wrong_values(field.annotation):
                         yield {**minimal(member), name: value}, f".{name}{path}", expects
-        for value in (True, 1.5, []):
+        arrays = any(typing.get_origin(m) is list for m in _members(annotation))
+        for value in (True, 1.5, "x" if arrays else []):  # of no member's type
             yield value, "", None
         return
     else:
