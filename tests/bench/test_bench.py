@@ -50,6 +50,7 @@ def test_make_bench_runs_the_benchmarks_in_order() -> None:
         "bench.voice_to_voice",  # ws
         "bench.voice_to_voice",  # rtc
         "bench.tts_first_audio",
+        "bench.llm_sizes",
         "bench.turn_model",
         "bench.vad_backends",
         "bench.denoise",
@@ -313,3 +314,16 @@ def test_the_noise_reduction_bench_measures_both_types() -> None:
     row = measure("far_field", mixed, slice(2400, 21_600))
     assert row["type"] == "far_field" and row["cpu_ms_per_audio_s"] > 0
     assert row["noise_db_after"] < row["noise_db_before"]
+
+
+def test_llm_sizes_times_a_model_of_random_weights_at_a_shape(tmp_path: Path) -> None:
+    """The smoke version of `python -m bench.llm_sizes`: a tiny Qwen2 shape is written,
+    converted by Parley's converter and timed; nothing is left behind."""
+    from bench.llm_sizes import NEW_TOKENS, Shape, measure
+
+    shape = Shape("tiny", "qwen2", hidden=64, layers=2, heads=4, kv_heads=2, ffn=96, vocab=64)
+    row = measure(shape, tmp_path)
+    assert row["model"] == "tiny" and row["params_m"] == round(shape.params / 1e6)
+    assert row["first_token_ms"] > 0 and row["tokens_per_s"] > 0
+    assert row["compute_type"] in ("int8", "float32") and row["threads"] in (1, 2)
+    assert NEW_TOKENS > 1 and list(tmp_path.iterdir()) == []
