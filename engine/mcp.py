@@ -53,8 +53,9 @@ class McpServer:
 
     label: str
     url: str
-    headers: tuple[tuple[str, str], ...] = ()
-    authorization: str | None = None  # an OAuth token, sent as a bearer token
+    # Secrets, kept out of reprs (and so out of logs).
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    authorization: str | None = field(default=None, repr=False)  # sent as a bearer token
     allowed: ToolFilter | None = None  # None: every tool listed
     approval: Approval | ApprovalFilter = "always"
     description: str = ""

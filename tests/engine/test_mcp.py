@@ -59,6 +59,7 @@ def test_calls_wait_for_approval_unless_a_rule_lets_them_run() -> None:
 def test_authorization_goes_as_a_bearer_token_beside_the_headers() -> None:
     s = server(headers=(("X-Team", "blue"),), authorization="tok")
     assert s.request_headers() == {"X-Team": "blue", "Authorization": "Bearer tok"}
+    assert "tok" not in repr(s) and "blue" not in repr(s)  # secrets stay out of logs
 
 
 def test_errors_have_openais_shape() -> None:
