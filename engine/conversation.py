@@ -46,7 +46,17 @@ def clamp_audio_end_ms(requested_ms: int, available_samples: int, rate: int) -> 
     return max(0, min(requested_ms, available_samples * 1000 // rate))
 
 
-ItemKind = Literal["message", "function_call", "function_call_output"]
+ItemKind = Literal[
+    "message",
+    "function_call",
+    "function_call_output",
+    # MCP (engine/mcp.py): a server's tool listing, a call the server ran, a call
+    # waiting for the client's approval, and that approval.
+    "mcp_list_tools",
+    "mcp_call",
+    "mcp_approval_request",
+    "mcp_approval_response",
+]
 
 
 @dataclass
@@ -66,6 +76,12 @@ class Item:
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
+    server_label: str | None = None  # mcp_*
+    mcp_tools: list[dict[str, Any]] | None = None  # mcp_list_tools, as listed
+    mcp_error: dict[str, Any] | None = None  # mcp_call
+    approval_request_id: str | None = None  # mcp_call, mcp_approval_response
+    approve: bool | None = None  # mcp_approval_response
+    reason: str | None = None  # mcp_approval_response
 
     @property
     def has_audio(self) -> bool:
@@ -130,11 +146,41 @@ class Item:
                 "call_id": self.call_id,
                 "output": self.output or "",
             }
+        if self.kind.startswith("mcp_"):
+            return self._mcp_wire()
         return {
             **common,
             "type": "message",
             "role": self.role,
             "content": self._content(with_audio),
+        }
+
+    def _mcp_wire(self) -> dict[str, Any]:
+        """An MCP item, as the SDK's `RealtimeMcp*` models have it (no `object` or
+        `status`)."""
+        base: dict[str, Any] = {"id": self.id, "type": self.kind}
+        if self.kind == "mcp_list_tools":
+            return {**base, "server_label": self.server_label, "tools": self.mcp_tools or []}
+        if self.kind == "mcp_approval_response":
+            return {
+                **base,
+                "approval_request_id": self.approval_request_id,
+                "approve": bool(self.approve),
+                "reason": self.reason,
+            }
+        call = {
+            **base,
+            "server_label": self.server_label,
+            "name": self.name,
+            "arguments": self.arguments or "",
+        }
+        if self.kind == "mcp_approval_request":
+            return call
+        return {
+            **call,
+            "output": self.output,
+            "error": self.mcp_error,
+            "approval_request_id": self.approval_request_id,
         }
 
 

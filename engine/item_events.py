@@ -44,6 +44,15 @@ class ItemEvents:
 
     def create(self, event: protocol.ConversationItemCreate) -> None:
         item = item_from_wire(event.item, self._ids.new, event_id=event.event_id)
+        if item.kind == "mcp_approval_response":
+            asked = self._conversation.get(item.approval_request_id or "")
+            if asked is None or asked.kind != "mcp_approval_request":
+                raise protocol.ProtocolError(
+                    "item_not_found",
+                    f"No MCP approval request '{item.approval_request_id}'.",
+                    "item.approval_request_id",
+                    event.event_id,
+                )
         if self._conversation.get(item.id) is not None:
             raise protocol.ProtocolError(
                 "invalid_value",

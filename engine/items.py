@@ -50,6 +50,19 @@ def item_from_wire(
             arguments=wire.arguments or "{}",
             call_id=wire.call_id or new_id("call"),
         )
+    if wire.type == "mcp_approval_response":
+        if wire.approval_request_id is None:
+            raise missing("approval_request_id")
+        if wire.approve is None:
+            raise missing("approve")
+        return Item(
+            item_id,
+            "user",
+            kind="mcp_approval_response",
+            approval_request_id=wire.approval_request_id,
+            approve=wire.approve,
+            reason=wire.reason,
+        )
     if wire.type == "function_call_output":
         if wire.call_id is None:
             raise missing("call_id")
@@ -88,8 +101,10 @@ def item_from_wire(
 
 
 def prompt_item(item: Item) -> PromptItem:
-    """What an executor sees of a conversation item: user audio as audio, text and
-    transcripts as text, function calls and their outputs as they are."""
+    """What an executor sees of a message or function call item: user audio as
+    audio, text and transcripts as text, function calls and their outputs as they
+    are."""
+    assert item.kind in ("message", "function_call", "function_call_output"), item.kind
     text = item.text if item.text is not None else (item.transcript or None)
     return PromptItem(
         item.id,
@@ -97,12 +112,42 @@ def prompt_item(item: Item) -> PromptItem:
         audio=item.audio if item.role == "user" else None,
         rate=item.rate,
         text=text,
-        kind=item.kind,
+        kind=item.kind,  # narrowed by the assert
         call_id=item.call_id,
         name=item.name,
         arguments=item.arguments,
         output=item.output,
     )
+
+
+def prompt_items(item: Item) -> tuple[PromptItem, ...]:
+    """What an executor sees of any conversation item: an MCP call the server ran is
+    a function call and its output (the model called it, and reads the result); an
+    MCP listing and approvals are not the model's to read."""
+    if item.kind == "mcp_call":
+        error = item.mcp_error
+        result = item.output if error is None else f"Error: {error.get('message', '')}"
+        return (
+            PromptItem(
+                item.id,
+                "assistant",
+                kind="function_call",
+                call_id=item.id,
+                name=item.name,
+                arguments=item.arguments or "{}",
+            ),
+            PromptItem(
+                f"{item.id}_output",
+                "user",
+                kind="function_call_output",
+                call_id=item.id,
+                name=item.name,
+                output=result or "",
+            ),
+        )
+    if item.kind.startswith("mcp_"):
+        return ()
+    return (prompt_item(item),)
 
 
 def _pcm(audio: str, param: str, event_id: str | None) -> np.ndarray:

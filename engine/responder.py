@@ -40,6 +40,8 @@ from engine.gates import (
     decide_response_request,
 )
 from engine.limits import EngineLimits
+from engine.mcp import McpError
+from engine.mcp_session import McpTools
 from engine.observer import Observer, ResponseStatus
 from engine.prepare_chain import PrepareChain
 from engine.response import (
@@ -86,6 +88,7 @@ class Responder:
         post: Callable[[ResponseFinished], None],
         on_ended: Callable[[ResponseEnded], None],
         observer: Observer | None = None,
+        mcp: McpTools | None = None,
     ) -> None:
         self._executor = executor
         self._config = config  # the session's current configuration
@@ -99,6 +102,7 @@ class Responder:
         self._post = post  # into the session's mailbox
         self._on_ended = on_ended
         self._observer = observer
+        self._mcp = mcp  # the session's MCP servers: their tools, and calls of them
         self.epoch = 0
         self.active: ActiveResponse | None = None
         # A server_vad turn committed during a response waits here for it to end.
@@ -296,6 +300,7 @@ class Responder:
             conversation=self._conversation,
             new_id=self._ids.new,
             current_epoch=self.lane_epoch,
+            mcp=self._mcp,
         )
         resp = ActiveResponse(
             request=request,
@@ -329,8 +334,19 @@ class Responder:
         """The response task: its stream, then word to the session's mailbox unless
         a cancel owns the ending."""
 
-        def prompt() -> Prompt:  # built when the gate opens, from the conversation then
-            return prompt_for(resp, self._conversation.items, self._config(), self._session_id)
+        def prompt(ran: tuple[Item, ...]) -> Prompt:
+            # Built when the gate opens, from the conversation then.
+            config = self._config()
+            functions = resp.request.tools if resp.request.tools is not None else config.tools
+            mcp = () if self._mcp is None else self._mcp.offered_tools({t.name for t in functions})
+            return prompt_for(
+                resp,
+                self._conversation.items,
+                config,
+                self._session_id,
+                mcp_tools=mcp,
+                ran=ran,
+            )
 
         observer = self._observer
         first_chunk = None
@@ -406,18 +422,25 @@ class Responder:
             self._oob.pop(resp.id, None)
             self._oob_ended[resp.id] = stream.message.id
         item = stream.message
+        for call in stream.calls:
+            if call.kind == "mcp_call" and call.output is None and call.mcp_error is None:
+                # Cut off with its response: the server's answer never came back.
+                call.mcp_error = McpError(
+                    "tool_execution_error", "The call was cancelled with its response."
+                ).wire()
         kept = 0
         if stream.message_open:
             kept = stream.close_message(status, self._outbox.sent_samples.get(item.id, 0))
         if in_band:
-            # The calls go right after the message's place, in order; an
-            # unannounced message then leaves, so they stand where it stood.
-            previous = item.id
-            for call in stream.calls:
-                self._conversation.insert_after(call, previous)
-                previous = call.id
-            if not stream.message_open:
-                self._conversation.remove(item.id)
+            # The output takes the message's place, in output order (an MCP call
+            # made before the answer stands before it); an unannounced message leaves.
+            previous = self._conversation.previous_id(item.id)
+            self._conversation.remove(item.id)
+            by_id = {call.id: call for call in stream.calls}
+            by_id[item.id] = item
+            for output_id in stream.outputs:
+                self._conversation.insert_after(by_id[output_id], previous)
+                previous = output_id
         audio_answer = in_band and stream.message_open and stream.audio_out
         self._on_ended(ResponseEnded(item.audio_ms if audio_answer else None, kept > 0, resp.id))
         by_id = {call.id: call for call in stream.calls}

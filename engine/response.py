@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from engine import protocol
 from engine.conversation import Conversation, Item
-from engine.items import item_from_wire, prompt_item
+from engine.items import item_from_wire, prompt_items
 from engine.observer import ResponseStatus
 from engine.response_stream import ResponseStream
 from engine.session_config import (
@@ -159,11 +159,19 @@ def response_wire(
 
 
 def prompt_for(
-    resp: ActiveResponse, items: list[Item], config: SessionConfig, session_id: str
+    resp: ActiveResponse,
+    items: list[Item],
+    config: SessionConfig,
+    session_id: str,
+    *,
+    mcp_tools: tuple[Tool, ...] = (),
+    ran: tuple[Item, ...] = (),
 ) -> Prompt:
     """The model's prompt: the explicit input if the request had one; otherwise the
     conversation `items` before the response's own (turns committed during it
-    belong to a later response)."""
+    belong to a later response). Then the MCP calls this response `ran`: the model
+    is asked again with their results, choosing freely this time. The tools are the
+    function tools and the `mcp_tools` the session's MCP servers listed."""
     request = resp.request
     if request.input is not None:
         source: list[Item] = list(request.input)
@@ -180,16 +188,21 @@ def prompt_for(
         instructions=request.instructions
         if request.instructions is not None
         else config.instructions,
-        items=tuple(prompt_item(i) for i in source),
+        items=tuple(p for i in (*source, *ran) for p in prompt_items(i)),
         output_modalities=resp.modalities,
         max_output_tokens=None if limit == "inf" else int(limit),
-        tools=request.tools if request.tools is not None else config.tools,
-        tool_choice=request.tool_choice or config.tool_choice,
+        tools=(*(request.tools if request.tools is not None else config.tools), *mcp_tools),
+        tool_choice="auto" if ran else request.tool_choice or config.tool_choice,
     )
 
 
 def speculative_prompt(
-    request_id: str, items: list[Item], turn: PromptItem, config: SessionConfig, session_id: str
+    request_id: str,
+    items: list[Item],
+    turn: PromptItem,
+    config: SessionConfig,
+    session_id: str,
+    mcp_tools: tuple[Tool, ...] = (),
 ) -> Prompt:
     """The prompt the response to `turn` (not committed yet) will have if the turn
     commits as it is and the response is the session's own (`create_response`): the
@@ -200,10 +213,10 @@ def speculative_prompt(
         request_id=request_id,
         session_id=session_id,
         instructions=config.instructions,
-        items=(*(prompt_item(i) for i in items), turn),
+        items=(*(p for i in items for p in prompt_items(i)), turn),
         output_modalities=config.output_modalities,
         max_output_tokens=None if limit == "inf" else int(limit),
-        tools=config.tools,
+        tools=(*config.tools, *mcp_tools),
         tool_choice=config.tool_choice,
     )
 

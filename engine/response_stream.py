@@ -6,6 +6,13 @@ transcript deltas, audio deltas in the session's format, function calls whole. T
 stream keeps what was generated (audio, transcript, marks, calls); the Responder
 (engine/responder.py) reads that only once the response is fenced or its task has
 ended, and then closes the message here (`close_message`).
+
+A call of a tool an MCP server listed (engine/mcp_session.py) is run here, inside
+the response task, so a barge-in cancels it with the response: an `mcp_call` item
+with its events, then the model again with the result, the answer going on in the
+same message (at most MAX_MCP_ROUNDS times). A call that needs the client's approval
+is an `mcp_approval_request` item instead, and the response ends; once the client
+approved it (`mcp_approval_response`), the next response runs it first.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -29,6 +37,11 @@ from openai.types.realtime import (
     ResponseContentPartDoneEvent,
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionCallArgumentsDoneEvent,
+    ResponseMcpCallArgumentsDelta,
+    ResponseMcpCallArgumentsDone,
+    ResponseMcpCallCompleted,
+    ResponseMcpCallFailed,
+    ResponseMcpCallInProgress,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseTextDeltaEvent,
@@ -39,8 +52,13 @@ from engine.audio_format import OutputEncoder
 from engine.conversation import Conversation, Item, TranscriptMark, transcript_at
 from engine.emitter import Emitter
 from engine.gates import GateSnapshot, response_gate_open
+from engine.mcp import McpError, McpServer, McpTool, needs_approval
+from engine.mcp_session import McpTools
 from engine.prepare_chain import Preparation, PrepareChain
 from models.base import Executor, FunctionCall, OutputChunk, Prompt
+
+# MCP calls answered within one response before the model must answer in words.
+MAX_MCP_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,7 @@ class ResponseStream:
         conversation: Conversation,
         new_id: Callable[[str], str],
         current_epoch: Callable[[str], int],
+        mcp: McpTools | None = None,
     ) -> None:
         self.response_id = response_id
         self.epoch = epoch
@@ -106,6 +125,7 @@ class ResponseStream:
         self._conversation = conversation
         self._new_id = new_id
         self._current_epoch = current_epoch
+        self._mcp = mcp
         # What was generated: written here only, read by the Responder after the end.
         self.message_open = False
         self.audio: list[np.ndarray] = []
@@ -133,29 +153,160 @@ class ResponseStream:
     async def run(
         self,
         executor: Executor,
-        prompt: Callable[[], Prompt],
+        prompt: Callable[[tuple[Item, ...]], Prompt],
         on_first_chunk: Callable[[], None] | None = None,
     ) -> None:
         """Stream the model's answer to the outbox; returns early once fenced.
-        `prompt` is built only after the gate opened, from the conversation then;
-        `on_first_chunk` is called when the model's first chunk arrives."""
+        `prompt` is built only after the gate opened, from the conversation then and
+        the MCP calls this response ran; `on_first_chunk` is called when the model's
+        first chunk arrives."""
         if self._gate is not None:
             await self._gate.wait()
         if self.fenced():
             return
-        # Closed explicitly however this ends (a cancel lands outside the
-        # generator), so the executor's cleanup runs now, not at garbage collection.
-        async with contextlib.aclosing(executor.generate(prompt())) as chunks:
-            async for chunk in chunks:
-                if self.fenced():
-                    return
-                if on_first_chunk is not None:
-                    on_first_chunk()
-                    on_first_chunk = None
-                await self._emit_chunk(chunk)
+        ran = await self._run_approved()
+        for _ in range(MAX_MCP_ROUNDS + 1):
+            if self.fenced():
+                return
+            before = len(ran)
+            # Closed explicitly however this ends (a cancel lands outside the
+            # generator), so the executor's cleanup runs now, not at garbage collection.
+            async with contextlib.aclosing(executor.generate(prompt(tuple(ran)))) as chunks:
+                async for chunk in chunks:
+                    if self.fenced():
+                        return
+                    if on_first_chunk is not None:
+                        on_first_chunk()
+                        on_first_chunk = None
+                    call = chunk.function_call
+                    route = (
+                        None if call is None or self._mcp is None else self._mcp.route(call.name)
+                    )
+                    if call is not None and route is not None:
+                        if (done := await self._mcp_call(call, *route)) is not None:
+                            ran.append(done)
+                        continue
+                    await self._emit_chunk(chunk)
+            if len(ran) == before:
+                break  # no MCP call this round: the model has answered
         if self.message_open and self.audio_out and not self.fenced():
             tail = self.encoder.flush()  # the encoder's last held-back samples
             await self._emit_audio(tail, self.output_index(self.item_id))
+
+    async def _run_approved(self) -> list[Item]:
+        """The calls the client approved since the response that asked for them,
+        run first (each once)."""
+        if self._mcp is None or not self.in_conversation:
+            return []
+        items = self._conversation.items
+        called = {i.approval_request_id for i in items if i.kind == "mcp_call"}
+        approved = {
+            i.approval_request_id for i in items if i.kind == "mcp_approval_response" and i.approve
+        }
+        ran: list[Item] = []
+        for request in items:
+            if request.kind != "mcp_approval_request" or request.id in called:
+                continue
+            if request.id not in approved:
+                continue
+            route = self._mcp.route(request.name or "")
+            if route is None:
+                continue  # the server no longer lists it
+            call = FunctionCall(request.name or "", request.arguments or "{}", request.id)
+            done = await self._mcp_call(call, *route, approval_request_id=request.id)
+            if done is not None:
+                ran.append(done)
+        return ran
+
+    def _announce(
+        self, item: Item, in_progress: dict[str, object] | None = None
+    ) -> tuple[int, str | None]:
+        """Add an output item to the response (and to the conversation's events):
+        its output index, and the item before it in the conversation."""
+        previous = self.calls[-1].id if self.calls else None
+        if previous is None and self.in_conversation:
+            previous = (
+                self.item_id if self.message_open else self._conversation.previous_id(self.item_id)
+            )
+        self.calls.append(item)
+        self.outputs.append(item.id)
+        index = self.output_index(item.id)
+        wire = in_progress if in_progress is not None else item.wire()
+        self._emit.control(
+            ResponseOutputItemAddedEvent,
+            response_id=self.response_id,
+            output_index=index,
+            item=wire,
+        )
+        if self.in_conversation:
+            self._emit.control(ConversationItemAdded, item=wire, previous_item_id=previous)
+        return index, previous
+
+    def _settle(self, item: Item, index: int, previous: str | None) -> None:
+        """An announced output item is complete."""
+        self._emit.control(
+            ResponseOutputItemDoneEvent,
+            response_id=self.response_id,
+            output_index=index,
+            item=item.wire(),
+        )
+        if self.in_conversation:
+            self._emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
+
+    async def _mcp_call(
+        self,
+        call: FunctionCall,
+        server: McpServer,
+        tool: McpTool,
+        *,
+        approval_request_id: str | None = None,
+    ) -> Item | None:
+        """A call of an MCP server's tool: asked for approval (None), or run, its
+        item returned for the model to read."""
+        assert self._mcp is not None
+        if approval_request_id is None and needs_approval(tool, server):
+            request = Item(
+                self._new_id("mcpr"),
+                "assistant",
+                kind="mcp_approval_request",
+                server_label=server.label,
+                name=call.name,
+                arguments=call.arguments,
+            )
+            self._settle(request, *self._announce(request))
+            return None
+        item = Item(
+            self._new_id("mcp"),
+            "assistant",
+            kind="mcp_call",
+            server_label=server.label,
+            name=call.name,
+            arguments=call.arguments,
+            approval_request_id=approval_request_id,
+        )
+        index, previous = self._announce(item, {**item.wire(), "arguments": ""})
+        ids = {"response_id": self.response_id, "item_id": item.id, "output_index": index}
+        self._emit.control(ResponseMcpCallArgumentsDelta, delta=call.arguments, **ids)
+        self._emit.control(ResponseMcpCallArgumentsDone, arguments=call.arguments, **ids)
+        self._emit.control(ResponseMcpCallInProgress, item_id=item.id, output_index=index)
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            arguments = None
+        if isinstance(arguments, dict):
+            result = await self._mcp.client.call_tool(server, tool.name, arguments)
+            item.output, error = result.output, result.error
+        else:
+            error = McpError("protocol_error", "The arguments are not a JSON object.", -32602)
+        if self.fenced():
+            return None
+        if error is not None:
+            item.mcp_error = error.wire()
+            self._emit.control(ResponseMcpCallFailed, item_id=item.id, output_index=index)
+        else:
+            self._emit.control(ResponseMcpCallCompleted, item_id=item.id, output_index=index)
+        self._settle(item, index, previous)
+        return item
 
     def _open_message(self) -> None:
         """Announce the assistant message with its first output."""
@@ -195,24 +346,9 @@ class ResponseStream:
             name=call.name,
             arguments=call.arguments,
         )
-        previous = self.calls[-1].id if self.calls else None
-        if previous is None and self.in_conversation:
-            previous = (
-                self.item_id if self.message_open else self._conversation.previous_id(self.item_id)
-            )
-        self.calls.append(item)
-        self.outputs.append(item.id)
-        index = self.output_index(item.id)
-        ids = {"response_id": self.response_id, "item_id": item.id, "output_index": index}
         in_progress = {**item.wire(), "status": "in_progress", "arguments": ""}
-        self._emit.control(
-            ResponseOutputItemAddedEvent,
-            response_id=self.response_id,
-            output_index=index,
-            item=in_progress,
-        )
-        if self.in_conversation:
-            self._emit.control(ConversationItemAdded, item=in_progress, previous_item_id=previous)
+        index, previous = self._announce(item, in_progress)
+        ids = {"response_id": self.response_id, "item_id": item.id, "output_index": index}
         self._emit.control(
             ResponseFunctionCallArgumentsDeltaEvent,
             call_id=call.call_id,
@@ -226,14 +362,7 @@ class ResponseStream:
             arguments=call.arguments,
             **ids,
         )
-        self._emit.control(
-            ResponseOutputItemDoneEvent,
-            response_id=self.response_id,
-            output_index=index,
-            item=item.wire(),
-        )
-        if self.in_conversation:
-            self._emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
+        self._settle(item, index, previous)
 
     async def _emit_chunk(self, chunk: OutputChunk) -> None:
         if chunk.finish is not None:

@@ -66,6 +66,8 @@ from engine.interruption import (
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
+from engine.mcp_client import McpClient, StreamableHttpMcp
+from engine.mcp_session import McpListed, McpTools
 from engine.observer import Observer
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
@@ -226,6 +228,7 @@ Message = (
     | EndOfTurnScored
     | SnippetHeard
     | Playback
+    | McpListed
     | _Close
     | _Drain
     | _End
@@ -237,6 +240,7 @@ InternalMessage = (
     | EndOfTurnScored
     | SnippetHeard
     | Playback
+    | McpListed
 )
 
 # semantic_vad without an end-of-turn model is told once per process.
@@ -256,6 +260,7 @@ class Session:
         end_of_turn: EndOfTurnModel | None = None,
         snippets: SnippetRecognizer | None = None,
         clock: Callable[[], float] = time.monotonic,
+        mcp_client: McpClient | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
         # The echo guard's wall clock (when audio was sent, when input arrived);
@@ -319,6 +324,14 @@ class Session:
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
+        # The session's MCP servers (engine/mcp_session.py), listed from `run` on.
+        self.mcp = McpTools(
+            mcp_client or StreamableHttpMcp(),
+            emit=self.emit,
+            conversation=self.conversation,
+            new_id=self.ids.new,
+            post=self._post,
+        )
         self.responder = Responder(
             executor=executor,
             config=lambda: self.config,
@@ -332,6 +345,7 @@ class Session:
             post=self._post,
             on_ended=self._on_response_ended,
             observer=observer,
+            mcp=self.mcp,
         )
         self.outbox.current_epoch = self.responder.lane_epoch
         # server_vad idle_timeout_ms: input-clock time after which silence triggers
@@ -403,6 +417,7 @@ class Session:
         )
         if self.observer is not None:
             self.observer.session_opened(self.session_id)
+        self.mcp.sync(self.config.mcp)  # an ephemeral key's preset may name servers
         try:
             draining = False
             while True:
@@ -500,6 +515,8 @@ class Session:
                 await self._on_snippet_heard(m)
             case Playback():
                 await self._on_playback(m)
+            case McpListed():
+                self.mcp.listed(m)
 
     def _error(self, exc: protocol.ProtocolError) -> None:
         self.emit.control(
@@ -939,7 +956,12 @@ class Session:
         item_id, start = self._speech
         turn = PromptItem(item_id, "user", audio=self.buffer.copy(start, self.buffer.end))
         prompt = speculative_prompt(
-            self.ids.new("resp"), self.conversation.items, turn, self.config, self.session_id
+            self.ids.new("resp"),
+            self.conversation.items,
+            turn,
+            self.config,
+            self.session_id,
+            self.mcp.offered_tools({t.name for t in self.config.tools}),
         )
         self.executor.speculate_response(prompt)
 
@@ -1111,6 +1133,8 @@ class Session:
             self.vad.reset()
             self.detector = detector
         self.emit.send(updated)
+        if new.mcp != old.mcp:
+            self.mcp.sync(new.mcp)
         for unsupported in unhonoured(event.session, event.event_id):
             self._error(unsupported)
 
@@ -1180,6 +1204,7 @@ class Session:
     async def _shutdown(self) -> None:
         """The connection is gone: stop the model and every task, bounded."""
         await self.responder.shutdown()
+        await self.mcp.close()
         self._cancel_score()
         self.speculation.discard()
         self._cancel_snippet()

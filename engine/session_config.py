@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from engine.audio_format import PCM24, AudioFormat
 from engine.interruption import InterruptionParams
+from engine.mcp import ApprovalFilter, McpServer, ToolFilter, server_of
 from engine.protocol import (
     AudioFormatIn,
     InterruptionIn,
@@ -53,6 +54,7 @@ class SessionConfig:
     input_format: AudioFormat = PCM24
     output_format: AudioFormat = PCM24
     tools: tuple[Tool, ...] = ()
+    mcp: tuple[McpServer, ...] = ()  # the `type: "mcp"` tools (engine/mcp.py)
     tool_choice: str = "auto"  # auto, none, required, or a function's name
     max_output_tokens: int | Literal["inf"] = "inf"
     # audio.input.noise_reduction: WebRTC's suppressor before the VAD (models/speech/denoise.py)
@@ -101,6 +103,7 @@ def apply_update(
 
     if "tools" in sent:
         changes["tools"] = tools_from_wire(patch.tools or [])  # [] (or null) clears them
+        changes["mcp"] = tuple(server_of(t) for t in patch.tools or [] if t.type == "mcp")
     if "tool_choice" in sent:
         changes["tool_choice"] = (
             "auto" if patch.tool_choice is None else tool_choice_name(patch.tool_choice)
@@ -142,17 +145,6 @@ def unhonoured(patch: SessionIn, event_id: str | None = None) -> list[ProtocolEr
     such value never drops a whole update (a client's other settings would be lost).
     Values OpenAI itself refuses are refused whole by `apply_update` instead."""
     found: list[ProtocolError] = []
-    for i, tool in enumerate(patch.tools or ()):
-        if tool.type == "mcp":
-            found.append(
-                ProtocolError(
-                    "unsupported_value",
-                    f"MCP tools are not supported: tool {tool.server_label or i} is not "
-                    "applied (the rest of the update is).",
-                    f"session.tools[{i}].type",
-                    event_id,
-                )
-            )
     audio_out = patch.audio.output if patch.audio else None
     if audio_out is not None and audio_out.speed not in (None, 1.0):
         found.append(
@@ -168,7 +160,7 @@ def unhonoured(patch: SessionIn, event_id: str | None = None) -> list[ProtocolEr
 
 
 def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:
-    """The function tools (an MCP tool is reported by `unhonoured`, not applied)."""
+    """The function tools (MCP tools are `SessionConfig.mcp`)."""
     return tuple(
         Tool(t.name, t.description or "", json.dumps(t.parameters or {}))
         for t in tools
@@ -178,6 +170,37 @@ def tools_from_wire(tools: list[ToolIn]) -> tuple[Tool, ...]:
 
 def tool_choice_name(choice: ToolChoiceIn) -> str:
     return choice if isinstance(choice, str) else choice.name
+
+
+def _filter_wire(f: ToolFilter) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if f.tool_names is not None:
+        out["tool_names"] = list(f.tool_names)
+    if f.read_only is not None:
+        out["read_only"] = f.read_only
+    return out
+
+
+def _mcp_wire(server: McpServer) -> dict[str, Any]:
+    """An MCP tool as configured; its headers and token are not echoed."""
+    approval: Any = server.approval
+    if isinstance(approval, ApprovalFilter):
+        approval = {
+            side: _filter_wire(f)
+            for side, f in (("always", approval.always), ("never", approval.never))
+            if f is not None
+        }
+    out: dict[str, Any] = {
+        "type": "mcp",
+        "server_label": server.label,
+        "server_url": server.url,
+        "require_approval": approval,
+    }
+    if server.allowed is not None:
+        out["allowed_tools"] = _filter_wire(server.allowed)
+    if server.description:
+        out["server_description"] = server.description
+    return out
 
 
 def _tool_choice_wire(choice: str) -> Any:
@@ -288,7 +311,8 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
                 "parameters": json.loads(t.parameters),
             }
             for t in config.tools
-        ],
+        ]
+        + [_mcp_wire(s) for s in config.mcp],
         "tool_choice": _tool_choice_wire(config.tool_choice),
         "audio": {
             "input": {

@@ -230,7 +230,13 @@ class ContentIn(_Loose):
 
 class ItemIn(_Loose):
     id: str | None = Field(default=None, max_length=64)
-    type: Literal["message", "function_call", "function_call_output", "item_reference"]
+    type: Literal[
+        "message",
+        "function_call",
+        "function_call_output",
+        "item_reference",
+        "mcp_approval_response",
+    ]
     role: Literal["user", "assistant", "system"] | None = None
     content: list[ContentIn] | None = None
     status: Literal["completed", "incomplete", "in_progress"] | None = None
@@ -238,6 +244,10 @@ class ItemIn(_Loose):
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
+    # mcp_approval_response: the client's answer to an mcp_approval_request
+    approval_request_id: str | None = None
+    approve: bool | None = None
+    reason: str | None = None
 
 
 class SessionIn(_Loose):

@@ -87,7 +87,8 @@ def _check_tools(tools: list[ToolIn] | None, param: str, *, allow_mcp: bool = Tr
         if tool.type == "mcp" and not allow_mcp:
             raise ProtocolError(
                 "unsupported_value",
-                "MCP tools are not supported; use function tools.",
+                "MCP tools are set with session.update, where the server is listed "
+                "first; a response cannot add one.",
                 f"{param}[{i}].type",
             )
         if tool.type == "mcp" and tool.server_url is None and tool.connector_id is not None:

@@ -81,7 +81,13 @@ async def test_a_local_server_lists_its_tools_and_runs_a_call() -> None:
         tools = await client.list_tools(s)
         assert not isinstance(tools, McpError)
         by_name = {t.name: t for t in tools}
-        assert set(by_name) == {"lookup_order", "cancel_order", "broken_order", "slow_order"}
+        assert set(by_name) == {
+            "lookup_order",
+            "cancel_order",
+            "count_samples",
+            "broken_order",
+            "slow_order",
+        }
         assert by_name["lookup_order"].read_only and not by_name["cancel_order"].read_only
         assert by_name["lookup_order"].description == "Look up an order by its id."
         schema = json.loads(by_name["lookup_order"].input_schema)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.harness import Harness
+from tests.support.mcp_server import FakeMcp
 
 
 def update(session: dict[str, Any], event_id: str = "evt_1") -> dict[str, Any]:
@@ -118,21 +119,20 @@ async def test_a_value_openai_refuses_still_refuses_the_whole_update() -> None:
         assert error["param"] == "session.audio.input.turn_detection.eagerness"
 
 
-async def test_an_mcp_tool_is_reported_and_the_function_tools_apply() -> None:
+async def test_an_mcp_tool_applies_beside_the_function_tools() -> None:
     weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
     mcp = {"type": "mcp", "server_label": "docs", "server_url": "https://example.invalid"}
-    async with Harness() as h:
+    async with Harness(mcp_client=FakeMcp()) as h:
         await h.send(update({"instructions": "Tools.", "tools": [mcp, weather]}))
         await h.settle()
         [updated] = h.of("session.updated")
         assert updated["session"]["instructions"] == "Tools."
-        assert [t["name"] for t in updated["session"]["tools"]] == ["get_weather"]
-        [error] = h.errors()
-        assert (error["code"], error["param"], error["event_id"]) == (
-            "unsupported_value",
-            "session.tools[0].type",
-            "evt_1",
-        )
+        tools = updated["session"]["tools"]
+        assert [(t["type"], t.get("name", t.get("server_label"))) for t in tools] == [
+            ("function", "get_weather"),
+            ("mcp", "docs"),
+        ]
+        assert h.of("mcp_list_tools.completed") and not h.errors()
 
 
 async def test_tools_that_cannot_apply_still_refuse_their_event() -> None:

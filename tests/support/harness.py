@@ -17,6 +17,7 @@ import numpy as np
 from engine.end_of_turn import EndOfTurnModel
 from engine.interruption import SnippetRecognizer
 from engine.limits import EngineLimits
+from engine.mcp_client import McpClient
 from engine.observer import Observer
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
@@ -38,6 +39,7 @@ class Harness:
         end_of_turn: EndOfTurnModel | None = None,
         snippets: SnippetRecognizer | None = None,
         clock: Callable[[], float] | None = None,
+        mcp_client: McpClient | None = None,
     ) -> None:
         self.executor = executor if executor is not None else ScriptedExecutor()
         self.session = Session(
@@ -48,6 +50,7 @@ class Harness:
             observer=observer,
             end_of_turn=end_of_turn,
             snippets=snippets,
+            mcp_client=mcp_client,
             **({} if clock is None else {"clock": clock}),
         )
         self.events: list[dict[str, Any]] = []

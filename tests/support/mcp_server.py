@@ -1,19 +1,29 @@
-"""A local MCP server for the tests: the `mcp` package's own server over Streamable
-HTTP on a free port, run by uvicorn in the test's event loop. Its tools look up and
-cancel orders; one is annotated read-only, one always fails, one is slow. It keeps
-the headers of every request it was sent."""
+"""MCP servers for the tests.
+
+`local_mcp`: the `mcp` package's own server over Streamable HTTP on a free port, run
+by uvicorn in the test's event loop. Its tools look up and cancel orders; one is
+annotated read-only, one always fails, one is slow. It keeps the headers of every
+request it was sent.
+
+`FakeMcp`: an `McpClient` with no server at all, whose listing and calls a test
+controls, for exact interleavings (and no network: a session's default client would
+try to reach the URL it is given)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 
+from engine.mcp import McpError, McpResult, McpServer, McpTool
 from tests.support.servers import bound_socket, serving
+
+SCHEMA = json.dumps({"type": "object", "properties": {"samples": {"type": "integer"}}})
 
 
 @dataclass
@@ -41,6 +51,12 @@ def _server(state: LocalMcp) -> Any:
         """Cancel an order."""
         state.calls.append(("cancel_order", {"order_id": order_id}))
         return f"Order {order_id} is cancelled."
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def count_samples(samples: int) -> str:
+        """Says how many samples were heard (what the scripted model calls with)."""
+        state.calls.append(("count_samples", {"samples": samples}))
+        return f"{samples} samples counted"
 
     @server.tool()
     def broken_order(order_id: str) -> str:
@@ -72,3 +88,33 @@ async def local_mcp() -> AsyncIterator[LocalMcp]:
     async with serving(config, sock, name="local mcp server"):
         yield state
         state.slow.set()
+
+
+@dataclass
+class FakeMcp:
+    """An MCP client whose server lists `tools` and answers calls with `results`."""
+
+    tools: list[McpTool] = field(
+        default_factory=lambda: [
+            McpTool("count", "Counts.", SCHEMA, read_only=True),
+            McpTool("erase", "Erases.", SCHEMA),
+        ]
+    )
+    listing: McpError | None = None  # the listing fails with this
+    results: dict[str, McpResult] = field(default_factory=dict)
+    hold_calls: asyncio.Event | None = None  # calls wait for it when given
+    calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+
+    async def list_tools(self, server: McpServer) -> list[McpTool] | McpError:
+        return self.listing or list(self.tools)
+
+    async def call_tool(self, server: McpServer, name: str, arguments: dict[str, Any]) -> McpResult:
+        self.calls.append((server.label, name, arguments))
+        if self.hold_calls is not None:
+            try:
+                await self.hold_calls.wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(name)
+                raise
+        return self.results.get(name, McpResult(output=f"{name} said {arguments['samples']}"))
