@@ -272,30 +272,17 @@ def build_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
     else:
         raise NotImplementedError(f"unsupported GGUF pre-tokenizer: {pre!r}")
 
-    added = _added_tokens(tokens, types)
-    unk_id = _field(reader, "tokenizer.ggml.unknown_token_id")
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": normalizer,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": {**byte_level, "type": "ByteLevel"},
-        "decoder": {**byte_level, "type": "ByteLevel"},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": tokens[int(unk_id)] if unk_id is not None else None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": {tok: i for i, tok in enumerate(tokens)},
-            "merges": merges,  # "a b" strings, as in HF tokenizer.json
-        },
-    }
+    return _bpe_json(
+        reader,
+        tokens,
+        types,
+        merges,
+        normalizer=normalizer,
+        pre_tokenizer=pre_tokenizer,
+        post_processor={**byte_level, "type": "ByteLevel"},
+        decoder={**byte_level, "type": "ByteLevel"},
+        byte_fallback=False,
+    )
 
 
 def spm_merges(pieces: list[tuple[str, float]], vocab: dict[str, int]) -> list[str]:
@@ -337,34 +324,36 @@ def spm_tokenizer_json(reader: GGUFReader) -> dict[str, Any]:
     if prefix:
         normalizers.insert(0, {"type": "Prepend", "prepend": "\u2581"})
         decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+    return _bpe_json(
+        reader,
+        tokens,
+        types,
+        spm_merges(normal, vocab),
+        normalizer={"type": "Sequence", "normalizers": normalizers},
+        pre_tokenizer=None,
+        post_processor=None,
+        decoder={"type": "Sequence", "decoders": decoders},
+        byte_fallback=True,
+    )
+
+
+def _bpe_json(
+    reader: GGUFReader,
+    tokens: list[str],
+    types: list[int],
+    merges: list[str],
+    *,
+    normalizer: dict[str, Any] | None,
+    pre_tokenizer: dict[str, Any] | None,
+    post_processor: dict[str, Any] | None,
+    decoder: dict[str, Any],
+    byte_fallback: bool,
+) -> dict[str, Any]:
+    """A BPE ``tokenizer.json`` over the GGUF's vocabulary: control and user-defined
+    tokens matched whole before the model splits text; with `byte_fallback`, unknown
+    characters as byte tokens (SentencePiece's way)."""
     unk_id = _field(reader, "tokenizer.ggml.unknown_token_id")
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": _added_tokens(tokens, types),
-        "normalizer": {"type": "Sequence", "normalizers": normalizers},
-        "pre_tokenizer": None,
-        "post_processor": None,
-        "decoder": {"type": "Sequence", "decoders": decoders},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": tokens[int(unk_id)] if unk_id is not None else None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": True,
-            "byte_fallback": True,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": spm_merges(normal, vocab),
-        },
-    }
-
-
-def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
-    """Control and user-defined tokens, matched whole before the model splits text."""
-    return [
+    added = [
         {
             "id": i,
             "content": tok,
@@ -377,6 +366,28 @@ def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
         for i, tok in enumerate(tokens)
         if types[i] in (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER_DEFINED)
     ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": post_processor,
+        "decoder": decoder,
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": tokens[int(unk_id)] if unk_id is not None else None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": byte_fallback,
+            "byte_fallback": byte_fallback,
+            "ignore_merges": False,
+            "vocab": {tok: i for i, tok in enumerate(tokens)},
+            "merges": merges,  # "a b" strings, as in HF tokenizer.json
+        },
+    }
 
 
 # --------------------------------------------------------------------------- main
