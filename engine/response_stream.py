@@ -23,7 +23,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from openai.types.realtime import (
@@ -219,7 +219,7 @@ class ResponseStream:
         return ran
 
     def _announce(
-        self, item: Item, in_progress: dict[str, object] | None = None
+        self, item: Item, in_progress: dict[str, Any] | None = None
     ) -> tuple[int, str | None]:
         """Add an output item to the response (and to the conversation's events):
         its output index, and the item before it in the conversation."""
@@ -231,7 +231,11 @@ class ResponseStream:
         self.calls.append(item)
         self.outputs.append(item.id)
         index = self.output_index(item.id)
-        wire = in_progress if in_progress is not None else item.wire()
+        self._added(in_progress if in_progress is not None else item.wire(), index, previous)
+        return index, previous
+
+    def _added(self, wire: dict[str, Any], index: int, previous: str | None) -> None:
+        """An output item's first events: in the response, and in the conversation."""
         self._emit.control(
             ResponseOutputItemAddedEvent,
             response_id=self.response_id,
@@ -240,7 +244,6 @@ class ResponseStream:
         )
         if self.in_conversation:
             self._emit.control(ConversationItemAdded, item=wire, previous_item_id=previous)
-        return index, previous
 
     def _settle(self, item: Item, index: int, previous: str | None) -> None:
         """An announced output item is complete."""
@@ -312,17 +315,9 @@ class ResponseStream:
         """Announce the assistant message with its first output."""
         self.message_open = True
         self.outputs.append(self.item_id)
-        wire = self.message.wire()
         index = self.output_index(self.item_id)
-        self._emit.control(
-            ResponseOutputItemAddedEvent,
-            response_id=self.response_id,
-            output_index=index,
-            item=wire,
-        )
-        if self.in_conversation:
-            previous = self._conversation.previous_id(self.item_id)
-            self._emit.control(ConversationItemAdded, item=wire, previous_item_id=previous)
+        previous = self._conversation.previous_id(self.item_id) if self.in_conversation else None
+        self._added(self.message.wire(), index, previous)
         part = (
             {"type": "audio", "transcript": ""} if self.audio_out else {"type": "text", "text": ""}
         )
