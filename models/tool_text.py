@@ -134,7 +134,6 @@ class CallSplitter:
     on to be spoken, the tag and everything after it is held for the tool parser. The
     tail of the text that could still begin the tag waits for the next piece."""
 
-    said: str = ""
     held: str = ""
     _pending: str = ""
 
@@ -151,19 +150,15 @@ class CallSplitter:
         start = text.find(CALL_START)
         if start >= 0:
             self._pending, self.held = "", text[start:]
-            return self._say(text[:start])
+            return text[:start]
         keep = _partial_tag(text)
         self._pending = text[len(text) - keep :] if keep else ""
-        return self._say(text[: len(text) - keep])
+        return text[: len(text) - keep]
 
     def end(self) -> str:
         """The rest to speak at the end of the answer."""
         rest, self._pending = self._pending, ""
-        return self._say(rest)
-
-    def _say(self, text: str) -> str:
-        self.said += text
-        return text
+        return rest
 
 
 async def said_before_call(
