@@ -51,6 +51,7 @@ from engine.response import (
     ResponseFinished,
     ResponseRequest,
     ending_of,
+    function_tools,
     prompt_for,
     response_wire,
 )
@@ -301,6 +302,7 @@ class Responder:
             new_id=self._ids.new,
             current_epoch=self.lane_epoch,
             mcp=self._mcp,
+            functions=lambda: function_tools(request, self._config()),
         )
         resp = ActiveResponse(
             request=request,
@@ -337,8 +339,8 @@ class Responder:
         def prompt(ran: tuple[Item, ...]) -> Prompt:
             # Built when the gate opens, from the conversation then.
             config = self._config()
-            functions = resp.request.tools if resp.request.tools is not None else config.tools
-            mcp = () if self._mcp is None else self._mcp.offered_tools({t.name for t in functions})
+            names = {t.name for t in function_tools(resp.request, config)}
+            mcp = () if self._mcp is None else self._mcp.offered_tools(names)
             return prompt_for(
                 resp,
                 self._conversation.items,

@@ -158,6 +158,11 @@ def response_wire(
     return wire
 
 
+def function_tools(request: ResponseRequest, config: SessionConfig) -> tuple[Tool, ...]:
+    """The function tools a response offers: its own, else the session's."""
+    return request.tools if request.tools is not None else config.tools
+
+
 def prompt_for(
     resp: ActiveResponse,
     items: list[Item],
@@ -191,7 +196,7 @@ def prompt_for(
         items=tuple(p for i in (*source, *ran) for p in prompt_items(i)),
         output_modalities=resp.modalities,
         max_output_tokens=None if limit == "inf" else int(limit),
-        tools=(*(request.tools if request.tools is not None else config.tools), *mcp_tools),
+        tools=(*function_tools(request, config), *mcp_tools),
         tool_choice="auto" if ran else request.tool_choice or config.tool_choice,
     )
 

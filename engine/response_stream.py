@@ -55,7 +55,7 @@ from engine.gates import GateSnapshot, response_gate_open
 from engine.mcp import McpError, McpServer, McpTool, needs_approval
 from engine.mcp_session import McpTools
 from engine.prepare_chain import Preparation, PrepareChain
-from models.base import Executor, FunctionCall, OutputChunk, Prompt
+from models.base import Executor, FunctionCall, OutputChunk, Prompt, Tool
 
 # MCP calls answered within one response before the model must answer in words.
 MAX_MCP_ROUNDS = 4
@@ -112,6 +112,7 @@ class ResponseStream:
         new_id: Callable[[str], str],
         current_epoch: Callable[[str], int],
         mcp: McpTools | None = None,
+        functions: Callable[[], tuple[Tool, ...]] = tuple,
     ) -> None:
         self.response_id = response_id
         self.epoch = epoch
@@ -126,6 +127,7 @@ class ResponseStream:
         self._new_id = new_id
         self._current_epoch = current_epoch
         self._mcp = mcp
+        self._functions = functions  # the response's function tools: their names are theirs
         # What was generated: written here only, read by the Responder after the end.
         self.message_open = False
         self.audio: list[np.ndarray] = []
@@ -179,9 +181,7 @@ class ResponseStream:
                         on_first_chunk()
                         on_first_chunk = None
                     call = chunk.function_call
-                    route = (
-                        None if call is None or self._mcp is None else self._mcp.route(call.name)
-                    )
+                    route = None if call is None else self._mcp_route(call.name)
                     if call is not None and route is not None:
                         if (done := await self._mcp_call(call, *route)) is not None:
                             ran.append(done)
@@ -209,7 +209,7 @@ class ResponseStream:
                 continue
             if request.id not in approved:
                 continue
-            route = self._mcp.route(request.name or "")
+            route = self._mcp_route(request.name or "")
             if route is None:
                 continue  # the server no longer lists it
             call = FunctionCall(request.name or "", request.arguments or "{}", request.id)
@@ -217,6 +217,13 @@ class ResponseStream:
             if done is not None:
                 ran.append(done)
         return ran
+
+    def _mcp_route(self, name: str) -> tuple[McpServer, McpTool] | None:
+        """The MCP server and tool a call of `name` goes to; None for a function
+        tool's name, which stays the function's (as the prompt offered it)."""
+        if self._mcp is None or name in {t.name for t in self._functions()}:
+            return None
+        return self._mcp.route(name)
 
     def _announce(
         self, item: Item, in_progress: dict[str, Any] | None = None

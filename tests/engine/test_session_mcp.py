@@ -222,3 +222,21 @@ async def test_an_mcp_tool_call_on_a_local_mcp_server() -> None:
         assert server.calls == [("count_samples", {"samples": samples})]
         assert all(hd.get("authorization") == "Bearer tok" for hd in server.headers)
         assert not h.errors()
+
+
+async def test_a_function_tool_keeps_a_name_an_mcp_server_also_lists() -> None:
+    """The model is offered the function `count`, not the server's: its call is the
+    client's function call, and the server is never called."""
+    fake = FakeMcp()
+    count = {"type": "function", "name": "count", "parameters": json.loads(SCHEMA)}
+    update = mcp_update(require_approval="never")
+    update["session"]["tools"].append(count)
+    async with Harness(mcp_client=fake) as h:
+        await h.send(update)
+        await h.send(MANUAL)
+        await h.settle()
+        await ask(h)
+        (call,) = h.responses_done()[0]["output"]
+        assert call["type"] == "function_call" and call["name"] == "count"
+        assert [t.name for t in h.scripted.prompts[-1].tools] == ["count", "erase"]
+        assert fake.calls == []
