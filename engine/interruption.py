@@ -6,8 +6,10 @@ client (by the clock of what was sent), is *held*: no `speech_started` (clients
 flush their playback on it), no barge-in. From `min_speech_ms` on, the snippet
 recognizer hears it, and hears it again every `HEAR_EVERY_MS` of further speech
 (a hearing takes ~50 ms): it qualifies as soon as the recognizer is *sure* of words
-that are not a backchannel. Words it is not sure of (background talk, noise heard
-as words) qualify only once the held speech has lasted `max_backchannel_ms`. Then
+that are not a backchannel, said by one voice (the waveform's kurtosis,
+models/speech/crowd.py: several talkers at once are background talk). Words it is not
+sure of (background talk, noise heard as words) qualify only once the held speech has
+lasted `max_backchannel_ms`. Then
 `speech_started` goes out with the true `audio_start_ms` and the barge-in happens.
 Held speech that ends without qualifying (a cough, a knock, "mm-hm") is heard once
 more whole, then dropped: no events, no turn, the answer goes on. Without a
@@ -86,6 +88,19 @@ SURE_ALONE_MS = 200
 HEAR_EVERY_MS = 100
 
 
+# How many voices held speech sounds like, by its kurtosis (models/speech/crowd.py),
+# chosen on the interruption set replayed offline over seeds 15-24
+# (`python -m bench.turns.crowd`): below CROWD_KURTOSIS it is background talk, whose
+# words count only as unsure words; from there to ONE_VOICE_KURTOSIS it may be, and a
+# sure hearing must be confirmed by the next one.
+CROWD_KURTOSIS = 6.0
+ONE_VOICE_KURTOSIS = 7.0
+# A Gaussian's kurtosis. Speech is above it, and so is any sum of independent talkers
+# and noise (the excess kurtosis of a sum is a weighted mean of its parts'): below it
+# the sound is tonal, music or a hum, with no voice at all.
+NO_VOICE_KURTOSIS = 3.0
+
+
 @dataclass(frozen=True)
 class InterruptionParams:
     """The `interruption` extension of `turn_detection` (OpenAI clients never send it)."""
@@ -95,6 +110,8 @@ class InterruptionParams:
     # Held speech this long interrupts on words the recognizer is not sure of.
     max_backchannel_ms: int = 2000
     backchannels: tuple[str, ...] = DEFAULT_BACKCHANNELS
+    crowd_kurtosis: float = CROWD_KURTOSIS  # 0: never background talk
+    one_voice_kurtosis: float = ONE_VOICE_KURTOSIS  # 0: always one voice
 
 
 class SnippetRecognizer(Protocol):
@@ -111,6 +128,27 @@ class Heard(Enum):
     UNSURE = "unsure"  # words, but the recognizer is not sure: talk in the background?
     BACKCHANNEL = "backchannel"
     NOISE = "noise"  # no words: a cough, a knock, the assistant's own echo
+
+
+class Voices(Enum):
+    """How many talkers held speech sounds like (`voices_of`)."""
+
+    ONE = "one"  # a sure hearing qualifies it alone
+    UNCLEAR = "unclear"  # maybe several: two hearings in a row must agree
+    MANY = "many"  # background talk: its words are unsure words
+    NONE = "none"  # tonal, no voice: what is heard in it is noise
+
+
+def voices_of(kurtosis: float, params: InterruptionParams) -> Voices:
+    """The voices of held speech whose waveform has this kurtosis (with the count off,
+    `crowd_kurtosis` 0, never NONE nor MANY)."""
+    if kurtosis < min(params.crowd_kurtosis, NO_VOICE_KURTOSIS):
+        return Voices.NONE
+    if kurtosis < params.crowd_kurtosis:
+        return Voices.MANY
+    if kurtosis < params.one_voice_kurtosis:
+        return Voices.UNCLEAR
+    return Voices.ONE
 
 
 class Verdict(Enum):
@@ -183,20 +221,49 @@ def strong_words(text: str, backchannels: tuple[str, ...]) -> frozenset[str]:
     )
 
 
+def agree(words: frozenset[str], previous: frozenset[str]) -> bool:
+    """Two hearings in a row agree: they share a strong word."""
+    return bool(words & previous)
+
+
 def confirmed(
     heard: Heard, words: frozenset[str], previous: frozenset[str], speech_ms: int
 ) -> Heard:
     """A hearing (`heard`, its strong `words`, of the first `speech_ms` of held speech)
     weighed with the hearing before it (`previous`: its strong words): words the
     recognizer is unsure of count when both hearings share one (tiny is unsure of a
-    Scottish "No." three times over, and sure of babble now and then); sure words count
-    alone only from SURE_ALONE_MS of speech."""
-    agree = bool(words & previous)
-    if heard is Heard.UNSURE and agree:
+    Scottish "No." three times over); sure words count alone only from SURE_ALONE_MS
+    of speech."""
+    agreed = agree(words, previous)
+    if heard is Heard.UNSURE and agreed:
         return Heard.WORDS
-    if heard is Heard.WORDS and speech_ms < SURE_ALONE_MS and not agree:
+    if heard is Heard.WORDS and speech_ms < SURE_ALONE_MS and not agreed:
         return Heard.UNSURE
     return heard
+
+
+def voices_decide(heard: Heard | None, speech_ms: int, params: InterruptionParams) -> bool:
+    """Whether what held speech sounds like decides what its latest hearing counts as
+    now (`counted`): for words, and for unsure words as long as `max_backchannel_ms`."""
+    return heard is Heard.WORDS or (
+        heard is Heard.UNSURE and speech_ms >= params.max_backchannel_ms
+    )
+
+
+def counted(heard: Heard, agreed: bool, voices: Voices) -> Heard:
+    """What the latest hearing (`heard`, by `confirmed`; `agreed`: with the one before
+    it) counts as while the held speech sounds like `voices`: words from one voice;
+    from what may be several, only words two hearings agree on; from several at
+    once, unsure words (background talk: tiny is sure of some of it, "No, even.", and
+    hears one talker's "No" again and again); from no voice, noise (Whisper hears
+    "Mm-hmm" in music, and webrtcvad calls it speech)."""
+    if voices is Voices.NONE and heard in (Heard.WORDS, Heard.UNSURE):
+        return Heard.NOISE
+    if heard is not Heard.WORDS or voices is Voices.ONE:
+        return heard
+    if voices is Voices.UNCLEAR and agreed:
+        return heard
+    return Heard.UNSURE
 
 
 def heard_of(text: str, backchannels: tuple[str, ...], *, sure: bool = True) -> Heard:

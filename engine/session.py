@@ -57,11 +57,16 @@ from engine.interruption import (
     InterruptionParams,
     SnippetRecognizer,
     Verdict,
+    Voices,
+    agree,
     confirmed,
+    counted,
     heard_of,
     held_verdict,
     holds,
     strong_words,
+    voices_decide,
+    voices_of,
 )
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
@@ -103,6 +108,7 @@ from engine.turns import (
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
 from models.errors import ModelMissing
+from models.speech.crowd import kurtosis
 from models.speech.denoise import Denoiser
 from models.speech.echo import MAX_LAG_S, EchoCanceller, FarEnd, own_voice_score
 from models.speech.frame_stage import RATE
@@ -113,6 +119,10 @@ from models.speech.snippets import Hearing
 # -10 dB echo ~0.35 (tests/models/test_echo.py).
 OWN_VOICE = 0.6
 OWN_VOICE_WINDOW = RATE  # the latest second of held speech is scored
+# How many voices held speech has is judged over its last seconds at most (the measure
+# is cheap, but held speech can grow without bound on a noisy line).
+CROWD_WINDOW = 10 * PCM_RATE
+CROWD_LEAST = PCM_RATE // 10  # less held speech than this tells nothing
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +163,8 @@ class HeldSpeech:
     own_voice_ms: int | None = None  # the echo guard last heard the assistant's voice here
     echo_end: int | None = None  # the buffer position up to which it was the echo
     words: frozenset[str] = frozenset()  # the latest hearing's strong words
+    agreed: bool = False  # they share a strong word with the hearing before
+    unheard: bool = False  # the latest hearing failed
 
 
 @dataclass(frozen=True)
@@ -740,11 +752,16 @@ class Session:
         if held is None or params is None:
             return
         speech_ms = held.last_speech_ms - held.onset_ms
+        heard = held.heard
+        if heard is not None and voices_decide(heard, speech_ms, params) and not held.unheard:
+            # Words count by what the held speech sounds like now: it may have grown
+            # from sounding like several voices to one since it was heard.
+            heard = counted(heard, held.agreed, self._voices(held, params))
         verdict = held_verdict(
             params,
             speech_ms,
             ended=held.stop is not None,
-            heard=held.heard,
+            heard=heard,
             heard_ms=held.heard_ms,
             pending=held.request != 0,
             can_classify=self.snippets is not None and not final,
@@ -844,6 +861,16 @@ class Session:
         self._cancel_snippet()
         self._snippet_task = asyncio.create_task(hear())
 
+    def _voices(self, held: HeldSpeech, params: InterruptionParams) -> Voices:
+        """What held speech sounds like so far, one voice or several: from its onset to
+        its latest speech (silence around it would raise the kurtosis: the prefix
+        padding, the silence that ended it), over its last CROWD_WINDOW at most."""
+        end = min(self._held_end(held), self.buffer.ms_to_pos(held.last_speech_ms))
+        start = max(held.start, self.buffer.ms_to_pos(held.onset_ms), end - CROWD_WINDOW)
+        if end - start < CROWD_LEAST:
+            return Voices.ONE  # too little to tell: words count as they were heard
+        return voices_of(kurtosis(self.buffer.copy(start, end)), params)
+
     async def _on_snippet_heard(self, message: SnippetHeard) -> None:
         held = self._held
         interruption = self._interruption()
@@ -852,12 +879,14 @@ class Session:
         self._snippet_task = None
         held.request, held.heard_ms = 0, held.asked_ms
         hearing = message.hearing
+        held.unheard = hearing is None
         if hearing is None:
             held.heard = Heard.WORDS  # cannot tell: do not swallow an interruption
         else:
             heard = heard_of(hearing.text, interruption.backchannels, sure=hearing.sure)
             words = strong_words(hearing.text, interruption.backchannels)
             held.heard = confirmed(heard, words, held.words, held.asked_ms)
+            held.agreed = agree(words, held.words)
             held.words = words
         await self._advance_held()
 

@@ -220,7 +220,13 @@ def _interruption(value: InterruptionIn | None) -> InterruptionParams | None:
         return None  # null: every speech start interrupts
     fields: dict[str, Any] = {
         name: getattr(value, name)
-        for name in ("enabled", "min_speech_ms", "max_backchannel_ms")
+        for name in (
+            "enabled",
+            "min_speech_ms",
+            "max_backchannel_ms",
+            "crowd_kurtosis",
+            "one_voice_kurtosis",
+        )
         if getattr(value, name) is not None
     }
     if value.backchannels is not None:

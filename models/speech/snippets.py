@@ -151,7 +151,8 @@ class WhisperSnippets:
                 self._whisper = _Whisper(self._model_name, self._threads, self._parallel)
             return self._whisper
 
-    def _hear(self, pcm: npt.NDArray[np.int16]) -> Hearing:
+    def hear(self, pcm: npt.NDArray[np.int16]) -> Hearing:
+        """What the snippet says, heard on this thread (`transcribe` is the session's)."""
         whisper = self._load()
         audio = soxr.resample(pcm.astype(np.float32) / 32768.0, PCM_RATE, WHISPER_RATE)
         if len(audio) < WHISPER_RATE // 10:
@@ -163,7 +164,7 @@ class WhisperSnippets:
         session then lets the speech interrupt rather than swallow it)."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._thread, self._hear, pcm)
+            return await loop.run_in_executor(self._thread, self.hear, pcm)
         except Exception as exc:
             if not self._warned:
                 self._warned = True

@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from bench.speech import load_wav, silence
+from bench.turns.scenarios import make_scenarios
 from engine.vad import SileroOnnxBackend
 from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
@@ -255,3 +257,100 @@ async def test_a_sure_hearing_of_very_short_speech_waits_for_the_next() -> None:
         assert len(snippets.calls) == 2
         assert len(h.of("input_audio_buffer.speech_started")) == 1
         finish(executor)
+
+
+def babble() -> npt.NDArray[np.int16]:
+    """1.5 s of five espeak-ng talkers over each other, as loud as a user: a babble burst
+    of `make eval-turns`' interruption set."""
+    return [it.audio for it in make_scenarios(15).items if it.text == "babble"][1]
+
+
+@pytest.mark.parametrize(
+    ("count", "interrupts"),
+    [({}, False), ({"crowd_kurtosis": 0, "one_voice_kurtosis": 0}, True)],
+)
+async def test_background_talk_never_interrupts_however_sure_its_words(
+    count: dict[str, float], interrupts: bool
+) -> None:
+    """Background talk heard, hearing after hearing, as sure words two hearings share
+    (Whisper heard one of these talkers' "No" over and over): it sounds like several
+    voices, so its words never count, and once it ends it is dropped. With the voice
+    count off (both thresholds 0) the same words interrupt at the first hearing."""
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update(**count))
+        await speaking(h)
+        audio, step = np.concatenate([silence(300), babble(), silence(900)]), 24_000 // 10
+        for at in range(0, len(audio), step):  # answered as it comes
+            await append_chunked(h, audio[at : at + step])
+            await handled(h)
+            while snippets.answer("No, I don't."):
+                await handled(h)
+        if interrupts:
+            assert len(snippets.calls) == 1
+            assert len(h.of("input_audio_buffer.speech_started")) == 1
+            assert [r["status"] for r in h.responses_done()] == ["cancelled"]
+            finish(executor)
+            return
+        assert len(snippets.calls) >= 10  # heard again as it grew, then whole
+        assert h.of("input_audio_buffer.speech_started") == []
+        assert h.of("input_audio_buffer.committed") == [] and h.responses_done() == []
+        finish(executor)
+        await h.settle()
+        assert [r["status"] for r in h.responses_done()] == ["completed"]
+
+
+async def test_sure_words_count_once_the_speech_sounds_like_one_voice() -> None:
+    """Held speech that begins in background talk: its first hearing's sure words wait
+    while it sounds like several voices; once the user's own voice carries it, those
+    words release it at once, without waiting for the next hearing."""
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update())
+        await speaking(h)
+        await append_chunked(h, np.concatenate([silence(300), babble()[: 24_000 * 3 // 10]]))
+        await handled(h)
+        assert snippets.answer("Wait.")  # sure, but of what sounds like several voices
+        await handled(h)
+        assert h.of("input_audio_buffer.speech_started") == []
+        user = load_wav("weather")
+        for at in range(0, len(user), 480):
+            await h.append(user[at : at + 480])
+            await handled(h)
+            if h.of("input_audio_buffer.speech_started"):
+                break
+        assert len(h.of("input_audio_buffer.speech_started")) == 1
+        assert [r["status"] for r in h.responses_done()] == ["cancelled"]
+        # Released on the first hearing's words: the next one, under way, was cancelled.
+        assert [f.cancelled() for _, f in snippets.calls] == [False, True]
+        finish(executor)
+
+
+@pytest.mark.parametrize(
+    ("count", "interrupts"),
+    [({}, False), ({"crowd_kurtosis": 0, "one_voice_kurtosis": 0}, True)],
+)
+async def test_music_is_no_voice_however_long(count: dict[str, float], interrupts: bool) -> None:
+    """Two seconds of tones, which webrtcvad calls speech and Whisper hears as unsure
+    hums and words: held longer than max_backchannel_ms, but tonal (a kurtosis below a
+    Gaussian's), so no voice at all, and never an interruption; with the voice count off
+    it interrupts by its length."""
+    music = next(it.audio for it in make_scenarios(15).items if it.text == "music")
+    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
+    async with Harness(executor, snippets=snippets) as h:
+        await h.send(update(max_backchannel_ms=800, **count))
+        await speaking(h)
+        audio, step = np.concatenate([silence(300), music, silence(900)]), 24_000 // 10
+        heard = ["In the middle.", "Let's go.", "Come on.", "Big day."]  # no two agree
+        for at in range(0, len(audio), step):
+            await append_chunked(h, audio[at : at + step])
+            await handled(h)
+            while snippets.answer(heard[len(snippets.calls) % len(heard)], sure=False):
+                await handled(h)
+        started = len(h.of("input_audio_buffer.speech_started"))
+        assert started == (1 if interrupts else 0)
+        assert len(snippets.calls) >= (3 if interrupts else 10)
+        finish(executor)
+        await h.settle()
+        first = h.responses_done()[0]  # the answer (an interruption gets its own)
+        assert first["status"] == ("cancelled" if interrupts else "completed")

@@ -10,11 +10,16 @@ from engine.interruption import (
     Heard,
     InterruptionParams,
     Verdict,
+    Voices,
+    agree,
     confirmed,
+    counted,
     heard_of,
     held_verdict,
     holds,
     strong_words,
+    voices_decide,
+    voices_of,
 )
 
 P = InterruptionParams(min_speech_ms=250, max_backchannel_ms=1000)
@@ -166,3 +171,51 @@ def test_a_hearing_is_weighed_with_the_one_before_it() -> None:
     # Backchannels and noise stay what they are.
     assert confirmed(Heard.BACKCHANNEL, frozenset(), no, 500) is Heard.BACKCHANNEL
     assert confirmed(Heard.NOISE, frozenset(), no, 500) is Heard.NOISE
+
+
+def test_the_kurtosis_says_how_many_voices() -> None:
+    p = InterruptionParams(crowd_kurtosis=6.5, one_voice_kurtosis=8.0)
+    assert voices_of(1.5, p) is Voices.NONE  # a sine: tonal, no voice
+    assert voices_of(2.99, p) is Voices.NONE
+    assert voices_of(3.0, p) is Voices.MANY  # a Gaussian: many talkers summed
+    assert voices_of(6.49, p) is Voices.MANY
+    assert voices_of(6.5, p) is Voices.UNCLEAR
+    assert voices_of(7.99, p) is Voices.UNCLEAR
+    assert voices_of(8.0, p) is Voices.ONE
+    assert voices_of(15.0, p) is Voices.ONE
+    # Both at 0: always one voice, the count off (as before it existed).
+    off = InterruptionParams(crowd_kurtosis=0.0, one_voice_kurtosis=0.0)
+    assert voices_of(0.0, off) is Voices.ONE
+    assert voices_of(1.5, InterruptionParams(crowd_kurtosis=2.0)) is Voices.NONE
+    assert voices_of(2.5, InterruptionParams(crowd_kurtosis=2.0)) is Voices.UNCLEAR
+    assert voices_of(3.0, off) is Voices.ONE
+
+
+def test_words_count_by_how_many_voices_say_them() -> None:
+    assert agree(frozenset({"no", "wait"}), frozenset({"no"}))
+    assert not agree(frozenset({"no"}), frozenset({"even"}))
+    # One voice: sure words count alone.
+    assert counted(Heard.WORDS, False, Voices.ONE) is Heard.WORDS
+    # Maybe several: only words two hearings in a row agree on.
+    assert counted(Heard.WORDS, False, Voices.UNCLEAR) is Heard.UNSURE
+    assert counted(Heard.WORDS, True, Voices.UNCLEAR) is Heard.WORDS
+    # Several at once: background talk's words are unsure words, agreed or not.
+    assert counted(Heard.WORDS, False, Voices.MANY) is Heard.UNSURE
+    assert counted(Heard.WORDS, True, Voices.MANY) is Heard.UNSURE
+    # No voice at all (music): whatever is heard in it is noise, sure or not.
+    assert counted(Heard.WORDS, True, Voices.NONE) is Heard.NOISE
+    assert counted(Heard.UNSURE, False, Voices.NONE) is Heard.NOISE
+    # What is not words stays what it is.
+    for heard in (Heard.UNSURE, Heard.BACKCHANNEL, Heard.NOISE):
+        for voices in (Voices.ONE, Voices.UNCLEAR, Voices.MANY):
+            assert counted(heard, True, voices) is heard
+    assert counted(Heard.BACKCHANNEL, True, Voices.NONE) is Heard.BACKCHANNEL
+
+
+def test_the_voices_decide_words_and_long_unsure_words() -> None:
+    p = InterruptionParams(max_backchannel_ms=1000)
+    assert voices_decide(Heard.WORDS, 200, p)
+    assert not voices_decide(Heard.UNSURE, 999, p)
+    assert voices_decide(Heard.UNSURE, 1000, p)  # about to interrupt by duration
+    for heard in (Heard.BACKCHANNEL, Heard.NOISE, None):
+        assert not voices_decide(heard, 5000, p)

@@ -1,0 +1,276 @@
+"""Qualified interruption's voice count, replayed offline over many seeds.
+
+Run from the repository root:  .venv/bin/python -m bench.turns.crowd
+
+Held speech qualifies as an interruption on words the recognizer hears, counted by how
+many voices it sounds like (engine/interruption.py: `voices_of` on the kurtosis of
+models/speech/crowd.py, then `counted`). Two thresholds set that: below
+`crowd_kurtosis` it is background talk, whose words never count; below
+`one_voice_kurtosis` a single sure hearing is not enough. This tool chooses them on
+more than the two babble bursts one seed of `make eval-turns` has: per seed
+(default 15-24), the interruption set's two babble bursts (five espeak-ng talkers over
+each other, as loud as the user) and ten interrupting sentences, plus those sentences
+at 10 and 5 dB SNR under the turn set's noise bed (babble and pink noise: a user in a
+noisy room).
+
+Each item is heard as the session hears held speech: Whisper (models/speech/snippets.py)
+on its speech so far, with 300 ms of silence before it (the prefix padding), from
+200 ms of speech on, every 100 ms, and once more whole at its end. Hearings are cached
+on disk (`crowd-hearings.json` in the set's cache dir). Then every threshold pair of
+the grid is replayed with the engine's decisions, the kurtosis measured at each 20 ms
+append from the onset, a hearing counted from the append it was asked at (its ~50 ms
+are not added). Reported per kind: how many items qualified (babble: false
+interruptions) and how much speech it took (p50/p90 ms). JSON to
+bench/results/crowd.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.turns.corpus import CACHE_DIR, make_corpus
+from bench.turns.noise import Pcm16, mix, noise_bed, speech_rms
+from bench.turns.scenarios import make_scenarios
+from bench.turns.stream import CHUNK_MS
+from bench.turns.synth import EspeakMissing
+from engine.interruption import (
+    HEAR_EVERY_MS,
+    Heard,
+    InterruptionParams,
+    Verdict,
+    agree,
+    confirmed,
+    counted,
+    heard_of,
+    held_verdict,
+    strong_words,
+    voices_decide,
+    voices_of,
+)
+from models.base import PCM_RATE
+from models.speech.crowd import kurtosis
+from models.speech.snippets import PROMPT, Hearing
+
+ROOT = Path(__file__).resolve().parents[2]
+HEARING_CACHE = CACHE_DIR / "crowd-hearings.json"
+KINDS = ["babble", "sentence", "snr10", "snr5"]
+SNRS_DB = {"snr10": 10.0, "snr5": 5.0}
+PADDING_MS = 300  # the default prefix_padding_ms: silence before the speech, heard too
+FIRST_MS = 200  # the default min_speech_ms: the first hearing
+LONGEST_MS = 2500  # a sentence is followed this far (the default max_backchannel_ms is 2 s)
+CROWD = (0.0, 5.5, 6.0, 6.5, 7.0)
+ONE_VOICE = (0.0, 7.0, 8.0, 9.0, 10.0)
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: str
+    seed: int
+    text: str
+    pcm: Pcm16
+
+
+@dataclass(frozen=True)
+class HeardAt:
+    """A hearing of the item's first `ms` of speech."""
+
+    ms: int
+    text: str
+    sure: bool
+
+
+def items_of(seed: int) -> list[Item]:
+    """One seed's babble bursts and sentences, and the sentences in noise."""
+    made = make_scenarios(seed)
+    babble = [it for it in made.items if it.kind == "burst" and it.text == "babble"]
+    sentences = [it for it in made.items if it.kind == "sentence"]
+    out = [Item("babble", seed, it.name, it.audio) for it in babble]
+    out += [Item("sentence", seed, it.text, it.audio) for it in sentences]
+    voices = make_corpus(seed).babble
+    for i, it in enumerate(sentences):
+        bed = noise_bed(voices, len(it.audio), seed * 100 + i)
+        for kind, snr in SNRS_DB.items():
+            noisy = mix(it.audio, bed, snr, speech_rms(it.audio))
+            out.append(Item(kind, seed, it.text, noisy))
+    return out
+
+
+def hearing_points(pcm: Pcm16) -> list[int]:
+    """Where an item is heard: ms of speech from FIRST_MS, every HEAR_EVERY_MS, and whole."""
+    total = min(len(pcm) * 1000 // PCM_RATE, LONGEST_MS)
+    points = list(range(FIRST_MS, total + 1, HEAR_EVERY_MS))
+    return [*points, total] if total >= FIRST_MS and points[-1] != total else points
+
+
+def _key(pcm: Pcm16, model: str) -> str:
+    return hashlib.sha256(pcm.tobytes() + f"{model}|{PROMPT}".encode()).hexdigest()[:24]
+
+
+class Hearings:
+    """Whisper's hearings of items as they grow, cached by audio."""
+
+    def __init__(self, hear: Callable[[Pcm16], Hearing], path: Path | None, model: str) -> None:
+        self._hear, self._path, self._model = hear, path, model
+        self._cache: dict[str, list[list[Any]]] = {}
+        if path is not None and path.exists():
+            self._cache = json.loads(path.read_text())
+        self.made = 0
+
+    def of(self, pcm: Pcm16) -> list[HeardAt]:
+        key = _key(pcm, self._model)
+        if key not in self._cache:
+            padding = np.zeros(PADDING_MS * PCM_RATE // 1000, np.int16)
+            heard = []
+            for ms in hearing_points(pcm):
+                h = self._hear(np.concatenate([padding, pcm[: ms * PCM_RATE // 1000]]))
+                heard.append([ms, h.text, h.sure])
+                self.made += 1
+            self._cache[key] = heard
+        return [HeardAt(int(ms), str(text), bool(sure)) for ms, text, sure in self._cache[key]]
+
+    def save(self) -> None:
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._path.write_text(json.dumps(self._cache))
+
+
+def qualified_ms(pcm: Pcm16, hearings: Sequence[HeardAt], params: InterruptionParams) -> int | None:
+    """When held speech `pcm` (from its onset) qualifies as an interruption, in ms of
+    speech, with these hearings; None if it never does (it ends, or LONGEST_MS)."""
+    total = min(len(pcm) * 1000 // PCM_RATE, LONGEST_MS)
+    by_ms = {h.ms: h for h in hearings}
+    heard: Heard | None = None
+    heard_ms, words, agreed = 0, frozenset[str](), False
+    for ms in range(FIRST_MS, total + CHUNK_MS, CHUNK_MS):
+        ms = min(ms, total)
+        for at in [m for m in sorted(by_ms) if heard_ms < m <= ms]:
+            h = by_ms[at]
+            raw = heard_of(h.text, params.backchannels, sure=h.sure)
+            new = strong_words(h.text, params.backchannels)
+            heard = confirmed(raw, new, words, at)
+            agreed, words, heard_ms = agree(new, words), new, at
+        now = heard
+        if now is not None and voices_decide(now, ms, params):
+            now = counted(now, agreed, voices_of(kurtosis(pcm[: ms * PCM_RATE // 1000]), params))
+        verdict = held_verdict(
+            params,
+            ms,
+            ended=False,
+            heard=now,
+            heard_ms=heard_ms,
+            pending=False,
+            can_classify=True,
+        )
+        if verdict is Verdict.INTERRUPT:
+            return ms
+        if ms == total:
+            return None
+    return None
+
+
+def _pct(values: list[int], q: float) -> float | None:
+    if not values:
+        return None
+    return float(np.percentile(values, q))
+
+
+def summarize(
+    items: Sequence[Item], heard: Sequence[Sequence[HeardAt]], params: InterruptionParams
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        at = [
+            qualified_ms(it.pcm, h, params)
+            for it, h in zip(items, heard, strict=True)
+            if it.kind == kind
+        ]
+        got = [ms for ms in at if ms is not None]
+        out[kind] = {
+            "items": len(at),
+            "qualified": len(got),
+            "p50_ms": _pct(got, 50),
+            "p90_ms": _pct(got, 90),
+            "mean_ms": statistics.fmean(got) if got else None,
+        }
+    return out
+
+
+def _row(crowd: float, one: float, s: dict[str, Any]) -> str:
+    cells = [f"{crowd:g}", f"{one:g}"]
+    for kind in KINDS:
+        k = s[kind]
+        timing = "" if k["p50_ms"] is None else f" ({k['p50_ms']:.0f}/{k['p90_ms']:.0f})"
+        cells.append(f"{k['qualified']}/{k['items']}{timing}")
+    return " | ".join(cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(15, 25)))
+    p.add_argument("--crowd", type=float, nargs="+", default=list(CROWD))
+    p.add_argument("--one-voice", type=float, nargs="+", default=list(ONE_VOICE))
+    p.add_argument("--limit", type=int, help="at most this many items per kind and seed")
+    p.add_argument("--model", default="tiny.en", help="the hearing model (PARLEY_HEARING_MODEL)")
+    p.add_argument("--no-cache", action="store_true", help="hear everything again")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "crowd.json")
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        items = [it for seed in args.seeds for it in _limited(items_of(seed), args.limit)]
+    except EspeakMissing as missing:
+        print(missing, file=sys.stderr)
+        return 1
+    from models.speech.snippets import WhisperSnippets
+
+    recognizer = WhisperSnippets(args.model, threads=2, parallel=1)
+    hearings = Hearings(recognizer.hear, None if args.no_cache else HEARING_CACHE, args.model)
+    heard = [hearings.of(it.pcm) for it in items]
+    hearings.save()
+    recognizer.close()
+    base = InterruptionParams()
+    grid = []
+    print("crowd | one voice | " + " | ".join(f"{k} qualified (p50/p90 ms)" for k in KINDS))
+    for crowd, one in itertools.product(args.crowd, args.one_voice):
+        if one and one < crowd:
+            continue
+        params = replace(base, crowd_kurtosis=crowd, one_voice_kurtosis=one)
+        s = summarize(items, heard, params)
+        grid.append({"crowd_kurtosis": crowd, "one_voice_kurtosis": one, **s})
+        default = (crowd, one) == (base.crowd_kurtosis, base.one_voice_kurtosis)
+        print(_row(crowd, one, s) + ("  <- Parley's default" if default else ""))
+    report = {
+        "seeds": args.seeds,
+        "model": args.model,
+        "hearings_made": hearings.made,
+        "run_s": round(time.perf_counter() - started, 1),
+        "grid": grid,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{report['run_s']:.0f} s ({hearings.made} hearings made); wrote {args.out}")
+    return 0
+
+
+def _limited(items: list[Item], limit: int | None) -> list[Item]:
+    if limit is None:
+        return items
+    out: list[Item] = []
+    for kind in KINDS:
+        out += [it for it in items if it.kind == kind][:limit]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

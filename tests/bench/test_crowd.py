@@ -1,0 +1,55 @@
+"""The voice count's offline replay (bench/turns/crowd.py): the engine's decisions over
+hearings, on real speech and the interruption set's babble, and a one-seed run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from bench.speech import load_wav
+from bench.turns.crowd import HeardAt, hearing_points, main, qualified_ms
+from bench.turns.scenarios import make_scenarios, trimmed
+from engine.interruption import InterruptionParams
+
+
+def heard(pcm: object, text: str, sure: bool = True) -> list[HeardAt]:
+    return [HeardAt(ms, text, sure) for ms in hearing_points(pcm)]  # type: ignore[arg-type]
+
+
+def test_items_are_heard_every_100_ms_from_200_and_whole() -> None:
+    one_s = load_wav("weather")[:24_000]
+    assert hearing_points(one_s) == list(range(200, 1001, 100))
+    assert hearing_points(one_s[: 24_000 * 45 // 100]) == [200, 300, 400, 450]
+    assert hearing_points(one_s[:2400]) == []
+
+
+def test_one_voices_words_qualify_and_background_talks_never() -> None:
+    user = trimmed(load_wav("weather"))
+    babble = [it.audio for it in make_scenarios(15).items if it.text == "babble"][1]
+    params = InterruptionParams()
+    assert qualified_ms(user, heard(user, "No, I don't."), params) == 200
+    assert qualified_ms(babble, heard(babble, "No, I don't."), params) is None
+    # The count off: the same words from the babble qualify at the first hearing.
+    off = replace(params, crowd_kurtosis=0.0, one_voice_kurtosis=0.0)
+    assert qualified_ms(babble, heard(babble, "No, I don't."), off) == 200
+    # A backchannel never qualifies, from one voice or several.
+    assert qualified_ms(user, heard(user, "Mm-hmm."), params) is None
+
+
+def test_one_seed_through_whisper(tmp_path: Path) -> None:
+    out = tmp_path / "crowd.json"
+    args = ["--seeds", "15", "--limit", "1", "--crowd", "6", "--one-voice", "7"]
+    assert main([*args, "--no-cache", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    [row] = report["grid"]
+    assert (row["crowd_kurtosis"], row["one_voice_kurtosis"]) == (6.0, 7.0)
+    assert {k: row[k]["items"] for k in ("babble", "sentence", "snr10", "snr5")} == {
+        "babble": 1,
+        "sentence": 1,
+        "snr10": 1,
+        "snr5": 1,
+    }
+    assert row["babble"]["qualified"] == 0
+    assert row["sentence"]["qualified"] == 1
+    assert report["hearings_made"] > 20
