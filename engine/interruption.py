@@ -242,6 +242,29 @@ def confirmed(
     return heard
 
 
+@dataclass(frozen=True)
+class Weighed:
+    """A hearing of held speech weighed with the one before it (`weigh`)."""
+
+    heard: Heard
+    words: frozenset[str]  # its strong words
+    agreed: bool  # they share one with the hearing before
+
+
+def weigh(
+    text: str,
+    sure: bool,
+    previous: frozenset[str],
+    speech_ms: int,
+    backchannels: tuple[str, ...],
+) -> Weighed:
+    """A hearing's transcript (`sure` or not, of the first `speech_ms` of held speech)
+    weighed with the strong words of the hearing before it (`previous`)."""
+    words = strong_words(text, backchannels)
+    heard = confirmed(heard_of(text, backchannels, sure=sure), words, previous, speech_ms)
+    return Weighed(heard, words, agree(words, previous))
+
+
 def voices_decide(heard: Heard | None, speech_ms: int, params: InterruptionParams) -> bool:
     """Whether what held speech sounds like decides what its latest hearing counts as
     now (`counted`): for words, and for unsure words as long as `max_backchannel_ms`."""

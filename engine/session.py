@@ -58,15 +58,12 @@ from engine.interruption import (
     SnippetRecognizer,
     Verdict,
     Voices,
-    agree,
-    confirmed,
     counted,
-    heard_of,
     held_verdict,
     holds,
-    strong_words,
     voices_decide,
     voices_of,
+    weigh,
 )
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
@@ -883,11 +880,14 @@ class Session:
         if hearing is None:
             held.heard = Heard.WORDS  # cannot tell: do not swallow an interruption
         else:
-            heard = heard_of(hearing.text, interruption.backchannels, sure=hearing.sure)
-            words = strong_words(hearing.text, interruption.backchannels)
-            held.heard = confirmed(heard, words, held.words, held.asked_ms)
-            held.agreed = agree(words, held.words)
-            held.words = words
+            weighed = weigh(
+                hearing.text,
+                hearing.sure,
+                held.words,
+                held.asked_ms,
+                interruption.backchannels,
+            )
+            held.heard, held.words, held.agreed = weighed.heard, weighed.words, weighed.agreed
         await self._advance_held()
 
     def _cancel_snippet(self) -> None:

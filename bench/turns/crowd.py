@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.load.stats import pct
 from bench.turns.corpus import CACHE_DIR, make_corpus
 from bench.turns.noise import Pcm16, mix, noise_bed, speech_rms
 from bench.turns.scenarios import make_scenarios
@@ -47,17 +48,14 @@ from bench.turns.stream import CHUNK_MS
 from bench.turns.synth import EspeakMissing
 from engine.interruption import (
     HEAR_EVERY_MS,
-    Heard,
     InterruptionParams,
     Verdict,
-    agree,
-    confirmed,
+    Weighed,
     counted,
-    heard_of,
     held_verdict,
-    strong_words,
     voices_decide,
     voices_of,
+    weigh,
 )
 from models.base import PCM_RATE
 from models.speech.crowd import kurtosis
@@ -146,24 +144,38 @@ class Hearings:
             self._path.write_text(json.dumps(self._cache))
 
 
-def qualified_ms(pcm: Pcm16, hearings: Sequence[HeardAt], params: InterruptionParams) -> int | None:
-    """When held speech `pcm` (from its onset) qualifies as an interruption, in ms of
-    speech, with these hearings; None if it never does (it ends, or LONGEST_MS)."""
+@dataclass(frozen=True)
+class Replay:
+    """An item as the replay reads it, whatever the thresholds: its hearings, and its
+    kurtosis from the onset at each append (measured once, not once per grid point)."""
+
+    hearings: tuple[HeardAt, ...]
+    kurtosis_at: dict[int, float]  # ms of speech -> the kurtosis of that much
+    total_ms: int
+
+
+def replay_of(pcm: Pcm16, hearings: Sequence[HeardAt]) -> Replay:
     total = min(len(pcm) * 1000 // PCM_RATE, LONGEST_MS)
-    by_ms = {h.ms: h for h in hearings}
-    heard: Heard | None = None
-    heard_ms, words, agreed = 0, frozenset[str](), False
-    for ms in range(FIRST_MS, total + CHUNK_MS, CHUNK_MS):
-        ms = min(ms, total)
+    steps = [min(ms, total) for ms in range(FIRST_MS, total + CHUNK_MS, CHUNK_MS)]
+    at = {ms: kurtosis(pcm[: ms * PCM_RATE // 1000]) for ms in steps}
+    return Replay(tuple(hearings), at, total)
+
+
+def qualified_ms(item: Replay, params: InterruptionParams) -> int | None:
+    """When held speech qualifies as an interruption, in ms of speech from its onset;
+    None if it never does (it ends, or LONGEST_MS)."""
+    by_ms = {h.ms: h for h in item.hearings}
+    weighed: Weighed | None = None
+    heard_ms, words = 0, frozenset[str]()
+    for ms in sorted(item.kurtosis_at):
         for at in [m for m in sorted(by_ms) if heard_ms < m <= ms]:
             h = by_ms[at]
-            raw = heard_of(h.text, params.backchannels, sure=h.sure)
-            new = strong_words(h.text, params.backchannels)
-            heard = confirmed(raw, new, words, at)
-            agreed, words, heard_ms = agree(new, words), new, at
-        now = heard
-        if now is not None and voices_decide(now, ms, params):
-            now = counted(now, agreed, voices_of(kurtosis(pcm[: ms * PCM_RATE // 1000]), params))
+            weighed = weigh(h.text, h.sure, words, at, params.backchannels)
+            words, heard_ms = weighed.words, at
+        now = None if weighed is None else weighed.heard
+        if weighed is not None and voices_decide(weighed.heard, ms, params):
+            voices = voices_of(item.kurtosis_at[ms], params)
+            now = counted(weighed.heard, weighed.agreed, voices)
         verdict = held_verdict(
             params,
             ms,
@@ -175,33 +187,23 @@ def qualified_ms(pcm: Pcm16, hearings: Sequence[HeardAt], params: InterruptionPa
         )
         if verdict is Verdict.INTERRUPT:
             return ms
-        if ms == total:
-            return None
     return None
 
 
-def _pct(values: list[int], q: float) -> float | None:
-    if not values:
-        return None
-    return float(np.percentile(values, q))
-
-
 def summarize(
-    items: Sequence[Item], heard: Sequence[Sequence[HeardAt]], params: InterruptionParams
+    items: Sequence[Item], replays: Sequence[Replay], params: InterruptionParams
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in KINDS:
         at = [
-            qualified_ms(it.pcm, h, params)
-            for it, h in zip(items, heard, strict=True)
-            if it.kind == kind
+            qualified_ms(r, params) for it, r in zip(items, replays, strict=True) if it.kind == kind
         ]
-        got = [ms for ms in at if ms is not None]
+        got: list[float] = [ms for ms in at if ms is not None]
         out[kind] = {
             "items": len(at),
             "qualified": len(got),
-            "p50_ms": _pct(got, 50),
-            "p90_ms": _pct(got, 90),
+            "p50_ms": pct(got, 50),
+            "p90_ms": pct(got, 90),
             "mean_ms": statistics.fmean(got) if got else None,
         }
     return out
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
     recognizer = WhisperSnippets(args.model, threads=2, parallel=1)
     hearings = Hearings(recognizer.hear, None if args.no_cache else HEARING_CACHE, args.model)
-    heard = [hearings.of(it.pcm) for it in items]
+    replays = [replay_of(it.pcm, hearings.of(it.pcm)) for it in items]
     hearings.save()
     recognizer.close()
     base = InterruptionParams()
@@ -246,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         if one and one < crowd:
             continue
         params = replace(base, crowd_kurtosis=crowd, one_voice_kurtosis=one)
-        s = summarize(items, heard, params)
+        s = summarize(items, replays, params)
         grid.append({"crowd_kurtosis": crowd, "one_voice_kurtosis": one, **s})
         default = (crowd, one) == (base.crowd_kurtosis, base.one_voice_kurtosis)
         print(_row(crowd, one, s) + ("  <- Parley's default" if default else ""))

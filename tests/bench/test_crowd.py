@@ -8,13 +8,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.speech import load_wav
-from bench.turns.crowd import HeardAt, hearing_points, main, qualified_ms
+from bench.turns.crowd import HeardAt, Replay, hearing_points, main, qualified_ms, replay_of
+from bench.turns.noise import Pcm16
 from bench.turns.scenarios import make_scenarios, trimmed
 from engine.interruption import InterruptionParams
 
 
-def heard(pcm: object, text: str, sure: bool = True) -> list[HeardAt]:
-    return [HeardAt(ms, text, sure) for ms in hearing_points(pcm)]  # type: ignore[arg-type]
+def heard(pcm: Pcm16, text: str, sure: bool = True) -> Replay:
+    """`pcm` heard as `text` at every hearing."""
+    return replay_of(pcm, [HeardAt(ms, text, sure) for ms in hearing_points(pcm)])
 
 
 def test_items_are_heard_every_100_ms_from_200_and_whole() -> None:
@@ -28,13 +30,13 @@ def test_one_voices_words_qualify_and_background_talks_never() -> None:
     user = trimmed(load_wav("weather"))
     babble = [it.audio for it in make_scenarios(15).items if it.text == "babble"][1]
     params = InterruptionParams()
-    assert qualified_ms(user, heard(user, "No, I don't."), params) == 200
-    assert qualified_ms(babble, heard(babble, "No, I don't."), params) is None
+    assert qualified_ms(heard(user, "No, I don't."), params) == 200
+    assert qualified_ms(heard(babble, "No, I don't."), params) is None
     # The count off: the same words from the babble qualify at the first hearing.
     off = replace(params, crowd_kurtosis=0.0, one_voice_kurtosis=0.0)
-    assert qualified_ms(babble, heard(babble, "No, I don't."), off) == 200
+    assert qualified_ms(heard(babble, "No, I don't."), off) == 200
     # A backchannel never qualifies, from one voice or several.
-    assert qualified_ms(user, heard(user, "Mm-hmm."), params) is None
+    assert qualified_ms(heard(user, "Mm-hmm."), params) is None
 
 
 def test_one_seed_through_whisper(tmp_path: Path) -> None:

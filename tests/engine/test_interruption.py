@@ -20,6 +20,7 @@ from engine.interruption import (
     strong_words,
     voices_decide,
     voices_of,
+    weigh,
 )
 
 P = InterruptionParams(min_speech_ms=250, max_backchannel_ms=1000)
@@ -219,3 +220,16 @@ def test_the_voices_decide_words_and_long_unsure_words() -> None:
     assert voices_decide(Heard.UNSURE, 1000, p)  # about to interrupt by duration
     for heard in (Heard.BACKCHANNEL, Heard.NOISE, None):
         assert not voices_decide(heard, 5000, p)
+
+
+def test_a_transcript_is_weighed_with_the_hearing_before() -> None:
+    bc = DEFAULT_BACKCHANNELS
+    agreed = weigh("No, that's", False, frozenset({"no"}), 300, bc)
+    assert (agreed.heard, agreed.words, agreed.agreed) == (
+        Heard.WORDS,
+        frozenset({"no", "that's"}),
+        True,
+    )
+    alone = weigh("No, that's", False, frozenset({"even"}), 300, bc)
+    assert (alone.heard, alone.agreed) == (Heard.UNSURE, False)
+    assert weigh("Mm-hmm.", True, frozenset(), 300, bc).heard is Heard.BACKCHANNEL
