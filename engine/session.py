@@ -19,11 +19,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from openai import BaseModel as SdkModel
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
@@ -37,11 +35,6 @@ from openai.types.realtime import (
     RealtimeErrorEvent,
     SessionCreatedEvent,
     SessionUpdatedEvent,
-)
-from openai.types.realtime.realtime_server_event import (
-    OutputAudioBufferCleared,
-    OutputAudioBufferStarted,
-    OutputAudioBufferStopped,
 )
 
 from engine import protocol
@@ -71,6 +64,7 @@ from engine.limits import EngineLimits
 from engine.mcp_client import McpClient, StreamableHttpMcp
 from engine.mcp_session import McpListed, McpTools
 from engine.observer import Observer
+from engine.playback import PLAYBACK_EVENTS, Playback, TrackAudio
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
 from engine.response import (
@@ -172,37 +166,6 @@ class EndOfTurnScored:
     request: int  # which scoring request of the session this answers
     pause_id: int
     probability: float | None
-
-
-@dataclass(frozen=True)
-class TrackAudio:
-    """Input from a WebRTC call's media track: 24 kHz pcm16, decoded by the transport
-    (the session's input format is the wire's, and a track has its own codec)."""
-
-    pcm: npt.NDArray[np.int16]
-    received_at: float | None = None
-
-
-@dataclass(frozen=True)
-class Playback:
-    """A WebRTC call's playout, which the transport paces: the first audio of a
-    response played (`started`), all of it played (`stopped`), or the rest dropped
-    (`cleared`, with what of `item_id` was played, to truncate the item to)."""
-
-    # `dropped`: cleared on the client's `output_audio_buffer.clear`, whose
-    # `output_audio_buffer.cleared` the responder sent already.
-    kind: Literal["started", "stopped", "cleared", "dropped"]
-    response_id: str
-    item_id: str | None = None
-    played_ms: int = 0
-
-
-# What each playout report tells the client ("dropped" tells nothing: its event went).
-_PLAYBACK_EVENTS: dict[str, type[SdkModel]] = {
-    "started": OutputAudioBufferStarted,
-    "stopped": OutputAudioBufferStopped,
-    "cleared": OutputAudioBufferCleared,
-}
 
 
 @dataclass(frozen=True)
@@ -696,7 +659,7 @@ class Session:
         """Tell the client what the server's playout did; when it dropped the rest of
         an item's audio, the item keeps only what was played (as OpenAI truncates an
         interrupted answer over WebRTC by itself)."""
-        announced = _PLAYBACK_EVENTS.get(played.kind)
+        announced = PLAYBACK_EVENTS.get(played.kind)
         if announced is not None:
             self.emit.control(announced, response_id=played.response_id)
         if played.kind != "started" and played.response_id == self._last_answer:

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av import AudioFrame
 
-from engine.session import Playback
+from engine.playback import Playback
 from models.base import PCM_RATE
 from server.rtc_audio import FRAME, FrameClock, audio_frame
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.limits import EngineLimits
-from engine.session import Playback
+from engine.playback import Playback
 from tests.support.audio import CHUNK, utterance
 from tests.support.harness import Harness
 

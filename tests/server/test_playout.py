@@ -9,7 +9,7 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection
 from openai.types.realtime import RealtimeErrorEvent
 
-from engine.session import Playback
+from engine.playback import Playback
 from server.playout import FRAME, PlayoutQueue
 from server.webrtc import JITTER_FRAMES, fit_for_channel, shorten_jitter_buffer, too_large_error
 
