@@ -2,9 +2,16 @@
 
 Client events and the results of the session's own background tasks arrive in one
 mailbox and are handled one at a time by `run()`, so no state is ever written by
-two tasks. The session owns the input audio, turns, configuration and conversation
-items; slow work runs elsewhere and reports back:
+two tasks. The session owns the configuration, the turn being spoken and the
+conversation items, and composes owners that return decisions rather than call back:
 
+- the input audio (engine/input_audio.py): decode, echo guard, noise, the buffer;
+- turn detection: the VAD stream and detector (engine/turns.py,
+  engine/semantic_turns.py), the end-of-turn model's scoring at pauses
+  (engine/pause_scoring.py) and speculation during a pause (engine/speculation.py);
+- held speech (engine/held_speech.py): speech while the assistant is audible, which
+  must qualify before it interrupts; the playback clock (engine/playback.py) says how
+  long the assistant is audible;
 - the prepare chain (engine/prepare_chain.py) hands committed turns to the model,
   in wire order;
 - the Responder (engine/responder.py) owns the response lifecycle: epoch, active
@@ -38,33 +45,22 @@ from openai.types.realtime import (
 )
 
 from engine import protocol
-from engine.audio_format import InputDecoder
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
 from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
+from engine.held_speech import Drop, HearingDone, HeldSpeech, Interrupt, OffLoopHearing
 from engine.history import audio_to_release, items_to_drop
+from engine.input_audio import InputAudio
 from engine.input_buffer import InputBuffer
-from engine.interruption import (
-    HEAR_EVERY_MS,
-    Heard,
-    InterruptionParams,
-    SnippetRecognizer,
-    Verdict,
-    Voices,
-    counted,
-    held_verdict,
-    holds,
-    voices_decide,
-    voices_of,
-    weigh,
-)
+from engine.interruption import InterruptionParams, SnippetRecognizer, holds
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
 from engine.mcp_client import McpClient, StreamableHttpMcp
 from engine.mcp_session import McpListed, McpTools
 from engine.observer import Observer
-from engine.playback import PLAYBACK_EVENTS, Playback, TrackAudio
+from engine.pause_scoring import EndOfTurnScored, PauseScoring
+from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackClock, TrackAudio
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
 from engine.response import (
@@ -78,7 +74,6 @@ from engine.semantic_turns import (
     SemanticVadParams,
     looks_final,
     silence_needed_ms,
-    turn_audio,
 )
 from engine.session_config import (
     SessionConfig,
@@ -98,22 +93,6 @@ from engine.turns import (
 )
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
-from models.errors import ModelMissing
-from models.speech.crowd import kurtosis
-from models.speech.denoise import Denoiser
-from models.speech.echo import MAX_LAG_S, EchoCanceller, FarEnd, own_voice_score
-from models.speech.frame_stage import RATE
-from models.speech.snippets import Hearing
-
-# The own-voice score (models/speech/echo.py) above which held speech is the
-# assistant's echo: the echo alone scores ~0.85-1.0, the user alone or talking over a
-# -10 dB echo ~0.35 (tests/models/test_echo.py).
-OWN_VOICE = 0.6
-OWN_VOICE_WINDOW = RATE  # the latest second of held speech is scored
-# How many voices held speech has is judged over its last seconds at most (the measure
-# is cheap, but held speech can grow without bound on a noisy line).
-CROWD_WINDOW = 10 * PCM_RATE
-CROWD_LEAST = PCM_RATE // 10  # less held speech than this tells nothing
 
 log = logging.getLogger(__name__)
 
@@ -125,47 +104,6 @@ log = logging.getLogger(__name__)
 class PreparationFinished:
     preparation: Preparation
     error: BaseException | None
-
-
-@dataclass(frozen=True)
-class SnippetHeard:
-    """The snippet recognizer's hearing of held speech (None: it could not)."""
-
-    request: int
-    hearing: Hearing | None
-
-
-@dataclass
-class HeldSpeech:
-    """Speech that started while the assistant was audible and has not qualified as
-    an interruption yet (engine/interruption.py): nothing of it is on the wire."""
-
-    item_id: str
-    start: int  # buffer position of audio_start_ms
-    audio_start_ms: int
-    onset_ms: int
-    last_speech_ms: int  # the latest audio the VAD called speech
-    request: int = 0  # the snippet request under way (0: none)
-    asked_ms: int = 0  # how much of its speech that request hears
-    heard: Heard | None = None  # the latest hearing's answer
-    heard_ms: int = 0  # of this much of its speech
-    stop: SpeechStopped | None = None  # it ended; the verdict is still to come
-    frame_received: float | None = None
-    own_voice_ms: int | None = None  # the echo guard last heard the assistant's voice here
-    echo_end: int | None = None  # the buffer position up to which it was the echo
-    words: frozenset[str] = frozenset()  # the latest hearing's strong words
-    agreed: bool = False  # they share a strong word with the hearing before
-    unheard: bool = False  # the latest hearing failed
-
-
-@dataclass(frozen=True)
-class EndOfTurnScored:
-    """The end-of-turn model's probability for a semantic_vad pause (None: the
-    model could not score it)."""
-
-    request: int  # which scoring request of the session this answers
-    pause_id: int
-    probability: float | None
 
 
 @dataclass(frozen=True)
@@ -190,30 +128,17 @@ class _End:
     """End the session now, every response closed with its `response.done`."""
 
 
-Message = (
-    protocol.ClientEvent
-    | TrackAudio
-    | Reject
-    | PreparationFinished
-    | ResponseFinished
-    | TranscriptionFinished
-    | EndOfTurnScored
-    | SnippetHeard
-    | Playback
-    | McpListed
-    | _Close
-    | _Drain
-    | _End
-)
+# What the session's own tasks and its transport's playout post.
 InternalMessage = (
     PreparationFinished
     | ResponseFinished
     | TranscriptionFinished
     | EndOfTurnScored
-    | SnippetHeard
+    | HearingDone
     | Playback
     | McpListed
 )
+Message = protocol.ClientEvent | TrackAudio | Reject | InternalMessage | _Close | _Drain | _End
 
 # semantic_vad without an end-of-turn model is told once per process.
 _warned_no_end_of_turn = False
@@ -235,26 +160,6 @@ class Session:
         mcp_client: McpClient | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
-        # The echo guard's wall clock (when audio was sent, when input arrived);
-        # injectable so tests are deterministic.
-        self.clock = clock
-        # semantic_vad's end-of-turn model (shared by all sessions); None: semantic_vad
-        # ends turns after a fixed silence.
-        self.end_of_turn = end_of_turn
-        # Hears held speech (engine/interruption.py); None: duration alone qualifies it.
-        self.snippets = snippets
-        self._held: HeldSpeech | None = None
-        self._snippet_requests = 0
-        self._snippet_task: asyncio.Task[None] | None = None
-        self._playback_end_ms: int | None = None  # the last answer's audio, at the client
-        self._track_overflow_told = False  # a track's audio past the buffer's bound
-        self._last_answer: str | None = None  # the response _playback_end_ms is for
-        # The one end-of-turn scoring in flight: (request number, pause id, task). A
-        # result is used only if it answers this request: a cancelled one may have
-        # posted already, and pause ids restart with a new detector.
-        self._scoring: tuple[int, int, asyncio.Task[None]] | None = None
-        self.speculation = Speculation(executor)
-        self._score_requests = 0
         self.executor = executor
         self.ids = Ids()
         self.session_id = self.ids.new("sess")
@@ -277,22 +182,21 @@ class Session:
             self.outbox.on_first_audio = lambda item: observer.first_audio_sent(session_id, item)
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
-        self.buffer = InputBuffer(PCM_RATE)
-        self.decoder = InputDecoder(self.config.input_format)
-        # audio.input.noise_reduction (an ephemeral key's preset may ask for it too)
-        self.denoiser: Denoiser | None = (
-            Denoiser(self.config.noise_reduction) if self.config.noise_reduction else None
-        )
-        # audio.input.echo_cancellation (an ephemeral key's preset may ask for it)
-        self.echo = (
-            EchoCanceller(FarEnd(clock), cancel=self.config.echo_cancel_input)
-            if self.config.echo_cancellation
-            else None
-        )
-        self._echo_base = 0  # the buffer position of the canceller's first input sample
-        self.outbox.far_end = None if self.echo is None else self.echo.far
+        self.input = InputAudio(self.config, clock)
+        self.outbox.far_end = self.input.far_end
+        # Turn detection: the VAD, the detector, semantic_vad's end-of-turn model
+        # (shared by all sessions; None: semantic_vad ends turns after a fixed
+        # silence) and speculation during a pause.
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
+        self.scoring = PauseScoring(end_of_turn, self._post, self.session_id)
         self.detector: TurnDetector | None = self._new_detector(self.config.turn_detection)
+        self.speculation = Speculation(executor)
+        # Speech while the assistant is audible; its recognizer (shared by all
+        # sessions) hears it; None: duration alone qualifies it.
+        self.held = HeldSpeech(
+            None if snippets is None else OffLoopHearing(snippets, self._post, self.session_id)
+        )
+        self.playback_clock = PlaybackClock()
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
@@ -320,17 +224,20 @@ class Session:
             mcp=self.mcp,
         )
         self.outbox.current_epoch = self.responder.lane_epoch
-        # server_vad idle_timeout_ms: input-clock time after which silence triggers
-        # a response (set when an answer ends, cleared by speech).
-        self._idle_deadline_ms: int | None = None
         self._busy = False
         self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
-        # The assistant was heard: the voice can no longer change.
-        self._assistant_spoke = False
         self.items = ItemEvents(self.conversation, self.emit, self.ids, self.responder, self.outbox)
         self.transcription = InputTranscription(executor, self.emit, self.conversation, self._post)
         self._mailbox: asyncio.Queue[Message] = asyncio.Queue()
         self._slots = asyncio.Semaphore(self.limits.mailbox_slots)
+
+    @property
+    def buffer(self) -> InputBuffer:
+        return self.input.buffer
+
+    def _now_ms(self) -> int:
+        """The input audio clock: ms of audio received since the session began."""
+        return self.buffer.pos_to_ms(self.buffer.end)
 
     # --- the mailbox ----------------------------------------------------------------
 
@@ -369,16 +276,20 @@ class Session:
         returns."""
         self._post(_End())
 
+    def handled(self) -> bool:
+        """Every message so far is handled: the mailbox is empty and none is being
+        handled (work they started may still run)."""
+        return self._mailbox.empty() and not self._busy
+
     def idle(self) -> bool:
         """Nothing queued or running: no response active, deferred or out of band,
         no turn being prepared or transcribed (for tests and graceful shutdown)."""
         return (
-            self._mailbox.empty()
-            and not self._busy
+            self.handled()
             and not self.responder.responding
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
-            and (self._scoring is None or self._scoring[2].done())
+            and self.scoring.idle()
         )
 
     async def run(self) -> None:
@@ -483,8 +394,8 @@ class Session:
                 self._bound_history()  # a transcript is text the bounds count
             case EndOfTurnScored():
                 await self._on_end_of_turn_scored(m)
-            case SnippetHeard():
-                await self._on_snippet_heard(m)
+            case HearingDone():
+                await self._on_hearing_done(m)
             case Playback():
                 await self._on_playback(m)
             case McpListed():
@@ -511,12 +422,12 @@ class Session:
             return None
         detector: TurnDetector
         if isinstance(params, SemanticVadParams):
-            if self.end_of_turn is None:
+            if self.scoring.model is None:
                 _warn_no_end_of_turn()
-            detector = SemanticTurnDetector(params, scoring=self.end_of_turn is not None)
+            detector = SemanticTurnDetector(params, scoring=self.scoring.model is not None)
         else:
             detector = TurnDetector(params)
-        detector.reset(self.buffer.pos_to_ms(self.buffer.end))
+        detector.reset(self._now_ms())
         return detector
 
     async def _on_append(self, event: protocol.InputAudioBufferAppend) -> None:
@@ -528,26 +439,20 @@ class Session:
                 "commit or clear it first.",
                 event_id=event.event_id,
             )
-        try:
-            pcm = self.decoder.decode(event.pcm)
-        except ValueError as exc:  # e.g. an odd byte count for 16-bit PCM
-            raise protocol.ProtocolError(
-                "invalid_value", f"Invalid value for 'audio': {exc}", "audio", event.event_id
-            ) from None
-        await self._take_audio(pcm, event.received_at)
+        await self._take_audio(self.input.decode(event), event.received_at)
 
     def _no_room_for(self, incoming_ms: float) -> bool:
         """Without turn detection the buffer only grows until the client commits or
         clears it: audio that would take it past `max_buffer_ms` is refused."""
-        held_ms = self.buffer.pos_to_ms(len(self.buffer))
+        held_ms = self.input.held_ms()
         return self.detector is None and held_ms + incoming_ms > self.limits.max_buffer_ms
 
     async def _on_track_audio(self, audio: TrackAudio) -> None:
         # A track cannot be refused an append at a time: past the bound its audio is
         # dropped, and the client told once.
         if self._no_room_for(len(audio.pcm) * 1000 / PCM_RATE):
-            if not self._track_overflow_told:
-                self._track_overflow_told = True
+            if not self.input.track_overflow_told:
+                self.input.track_overflow_told = True
                 self._error(
                     protocol.ProtocolError(
                         "input_audio_buffer_full",
@@ -556,16 +461,12 @@ class Session:
                     )
                 )
             return
-        self._track_overflow_told = False
+        self.input.track_overflow_told = False
         await self._take_audio(audio.pcm, audio.received_at)
 
     async def _take_audio(self, pcm: npt.NDArray[np.int16], received_at: float | None) -> None:
         """Decoded input, 24 kHz: echo and noise, the buffer, VAD and turns."""
-        if self.echo is not None:  # before the suppressor: it needs the echo linear
-            pcm = self.echo.process(pcm, received_at)
-        if self.denoiser is not None:
-            pcm = self.denoiser.process(pcm)
-        self.buffer.append(pcm)
+        pcm = self.input.take(pcm, received_at)
         detector = self.detector  # only this task replaces it, and not while here
         if detector is None:
             self.vad.skip(len(pcm))  # the VAD clock stays on the input clock
@@ -573,15 +474,19 @@ class Session:
         frames = await self.vad.score(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         for turn_event in detector.feed(frames):
             await self._on_turn_event(turn_event, received_at)
-        self._drop_stale_score()
+        self.scoring.keep_only(
+            detector.pending_pause if isinstance(detector, SemanticTurnDetector) else None
+        )
         self._speculate()
-        if self._held is not None:
-            self._track_held(detector)
+        if self.held.held is not None:
+            if self.held.held.stop is None and detector.in_speech:
+                self.held.grew(self._now_ms() - (detector.pause_ms or 0))
             await self._advance_held()
         full = len(self.buffer) > self.buffer.ms_to_pos(self.limits.max_buffer_ms)
-        if self._held is not None and self._held.stop is not None and full:
+        ended = self.held.held is not None and self.held.held.stop is not None
+        if ended and full:
             await self._advance_held(final=True)  # no more waiting for the recognizer
-        if self._held is not None and self._held.stop is not None:
+        if self.held.held is not None and self.held.held.stop is not None:
             pass  # its audio waits in the buffer for the verdict
         elif not detector.in_speech:
             self._check_idle_timeout()
@@ -592,7 +497,7 @@ class Session:
             self.buffer.discard_before(self.buffer.end - self.buffer.ms_to_pos(keep_ms + 500))
         elif len(self.buffer) > self.buffer.ms_to_pos(self.limits.max_buffer_ms):
             # A turn longer than the buffer holds (noise the VAD calls speech): end it.
-            stop = detector.force_stop(self.buffer.pos_to_ms(self.buffer.end))
+            stop = detector.force_stop(self._now_ms())
             if stop is not None:
                 await self._on_turn_event(stop, received_at)
 
@@ -602,27 +507,21 @@ class Session:
         params = self.config.turn_detection
         assert params is not None
         if isinstance(event, SpeechStarted):
-            if self._held is not None:  # the last held speech ended, unheard: decide now
+            if self.held.held is not None:  # the last held speech ended, unheard: decide now
                 await self._advance_held(final=True)
-            self._idle_deadline_ms = None  # the user spoke: no idle timeout
+            self.playback_clock.user_spoke()
             item_id = self.ids.new("item")
             start = self.buffer.ms_to_pos(event.audio_start_ms)
             self._speech = (item_id, start)
             self.buffer.discard_before(start)
             if holds(self._interruption(), self._assistant_audible()):
-                self._held = HeldSpeech(
-                    item_id, start, event.audio_start_ms, event.onset_ms, event.onset_ms
-                )
+                self.held.hold(item_id, start, event.audio_start_ms, event.onset_ms)
                 return
             await self._speech_started(item_id, event.audio_start_ms)
         elif isinstance(event, PauseCandidate):
             self._score_pause(event.pause_id)
         elif isinstance(event, SpeechStopped):
-            held = self._held
-            if held is not None and held.stop is None:
-                held.stop, held.frame_received = event, frame_received
-                if event.speech_end_ms is not None:
-                    held.last_speech_ms = max(held.last_speech_ms, event.speech_end_ms)
+            if self.held.stopped(event, frame_received):
                 await self._advance_held()
                 return
             await self._speech_stopped(event, frame_received)
@@ -662,14 +561,9 @@ class Session:
         announced = PLAYBACK_EVENTS.get(played.kind)
         if announced is not None:
             self.emit.control(announced, response_id=played.response_id)
-        if played.kind != "started" and played.response_id == self._last_answer:
-            # The server played it: its playback ended now, not at the estimate made
-            # when the answer ended (held speech and idle_timeout_ms count from here).
-            now_ms = self.buffer.pos_to_ms(self.buffer.end)
-            if self._playback_end_ms is not None:
-                self._playback_end_ms = min(self._playback_end_ms, now_ms)
-            if self._idle_deadline_ms is not None:
-                self._idle_deadline_ms = min(self._idle_deadline_ms, now_ms)
+        # The server played it: its playback ended now, not at the estimate made when
+        # the answer ended (held speech and idle_timeout_ms count from here).
+        self.playback_clock.reported(played, self._now_ms())
         if played.item_id is None:
             return
         truncate = protocol.ConversationItemTruncate(
@@ -683,14 +577,11 @@ class Session:
         except protocol.ProtocolError as exc:  # the client deleted it meanwhile
             log.debug("session %s: no truncation after playout: %s", self.session_id, exc)
 
-    # --- qualified interruption (engine/interruption.py) ------------------------------
+    # --- qualified interruption (engine/held_speech.py) ------------------------------
 
     def _assistant_audible(self) -> bool:
         """A response is streaming, or its audio may still be playing at the client."""
-        if self.responder.active is not None:
-            return True
-        now_ms = self.buffer.pos_to_ms(self.buffer.end)
-        return self._playback_end_ms is not None and now_ms < self._playback_end_ms
+        return self.responder.active is not None or self.playback_clock.audible(self._now_ms())
 
     def _interruption(self) -> InterruptionParams | None:
         """Qualified interruption's settings: the session's; with it off but the echo
@@ -700,205 +591,52 @@ class Session:
         if params is None:
             return None
         off = params.interruption is None or not params.interruption.enabled
-        if off and self.echo is not None:
+        if off and self.input.guards_echo:
             return InterruptionParams()
         return params.interruption
 
     async def _advance_held(self, *, final: bool = False) -> None:
-        """Take the next step for held speech (engine/interruption.py's verdict);
-        `final`: decide now with what is known (new speech needs the floor)."""
-        held = self._held
+        """Take held speech's next step and act on it; `final`: decide now with what
+        is known (new speech needs the floor)."""
         params = self._interruption()
-        if held is None or params is None:
+        if params is None or self.held.held is None:
             return
-        speech_ms = held.last_speech_ms - held.onset_ms
-        heard = held.heard
-        if heard is not None and voices_decide(heard, speech_ms, params) and not held.unheard:
-            # Words count by what the held speech sounds like now: it may have grown
-            # from sounding like several voices to one since it was heard.
-            heard = counted(heard, held.agreed, self._voices(held, params))
-        verdict = held_verdict(
-            params,
-            speech_ms,
-            ended=held.stop is not None,
-            heard=heard,
-            heard_ms=held.heard_ms,
-            pending=held.request != 0,
-            can_classify=self.snippets is not None and not final,
-        )
-        # The echo guard: speech about to interrupt whose latest second is the
-        # assistant's own voice stays held (or is dropped once it ends); it is checked
-        # again every HEAR_EVERY_MS, so a user who starts talking over the echo still
-        # interrupts.
-        if verdict is Verdict.INTERRUPT and self._held_own_voice(held, speech_ms):
-            verdict = Verdict.DROP if held.stop is not None else Verdict.WAIT
-        if verdict is Verdict.CLASSIFY:
-            self._ask_snippet(held, speech_ms)
-        elif verdict is Verdict.INTERRUPT:
-            self._held = None
-            self._cancel_snippet()
-            if held.echo_end is not None:
-                self._start_after_echo(held)
-            await self._speech_started(held.item_id, held.audio_start_ms)
-            if held.stop is not None:
-                await self._speech_stopped(held.stop, held.frame_received)
-        elif verdict is Verdict.DROP or final:
-            self._held = None
-            self._cancel_snippet()
+        detection = self.config.turn_detection
+        padding_ms = detection.prefix_padding_ms if detection else 0
+        decision = self.held.step(params, self.input, padding_ms, final=final)
+        if isinstance(decision, Interrupt):
+            if decision.moved:
+                self._speech = (decision.item_id, decision.start)
+                self.buffer.discard_before(decision.start)
+            await self._speech_started(decision.item_id, decision.audio_start_ms)
+            if decision.stop is not None:
+                await self._speech_stopped(decision.stop, decision.frame_received)
+        elif isinstance(decision, Drop):
             self.speculation.discard()
-            if held.stop is not None:
+            if decision.end_ms is not None:
                 # No turn: its audio goes, the answer plays on.
                 self._speech = None
-                self.buffer.discard_before(self.buffer.ms_to_pos(held.stop.audio_end_ms))
+                self.buffer.discard_before(self.buffer.ms_to_pos(decision.end_ms))
 
-    def _held_own_voice(self, held: HeldSpeech, speech_ms: int) -> bool:
-        if self.echo is None:
-            return False
-        recent = held.own_voice_ms is not None and speech_ms - held.own_voice_ms < HEAR_EVERY_MS
-        if recent and held.stop is None:
-            return True  # checked moments ago
-        end = self._held_end(held)
-        own = self.heard_own_voice(held.start, end)
-        held.own_voice_ms = speech_ms if own else None
-        if own:
-            held.echo_end = end
-        return own
-
-    def _held_end(self, held: HeldSpeech) -> int:
-        """The buffer position where held speech ends so far: its end once it ended."""
-        return (
-            self.buffer.end if held.stop is None else self.buffer.ms_to_pos(held.stop.audio_end_ms)
-        )
-
-    def _start_after_echo(self, held: HeldSpeech) -> None:
-        """The user talked over held echo: their turn starts where the echo was last
-        heard alone, less the prefix padding, not where the echo began."""
-        assert held.echo_end is not None
-        params = self.config.turn_detection
-        padding = self.buffer.ms_to_pos(params.prefix_padding_ms if params else 0)
-        start = max(held.start, held.echo_end - padding)
-        held.start, held.audio_start_ms = start, self.buffer.pos_to_ms(start)
-        self._speech = (held.item_id, start)
-        self.buffer.discard_before(start)
-
-    def heard_own_voice(self, start_sample: int, end_sample: int) -> bool:
-        """Whether input buffer positions [start_sample, end_sample) are the assistant's
-        own voice: the raw microphone of their latest second correlates with what was
-        playing then, 0-500 ms earlier (models/speech/echo.py). False without the echo
-        guard."""
-        if self.echo is None or end_sample <= start_sample:
-            return False
-        end = end_sample - self._echo_base
-        start = max(start_sample - self._echo_base, end - OWN_VOICE_WINDOW * PCM_RATE // RATE)
-        near, wall = self.echo.raw_near(max(start, 0), max(end, 0))
-        if not len(near) or not np.any(near):
-            return False
-        lag = round(MAX_LAG_S * RATE)
-        far = self.echo.far.read(wall - lag, len(near) + lag)
-        return own_voice_score(near, far, lag) >= OWN_VOICE
-
-    def _ask_snippet(self, held: HeldSpeech, speech_ms: int) -> None:
-        """Hear the held speech so far (`speech_ms` of it)."""
-        recognizer = self.snippets
-        assert recognizer is not None
-        end = self._held_end(held)
-        audio = self.buffer.copy(held.start, end)
-        self._snippet_requests += 1
-        request = held.request = self._snippet_requests
-        held.asked_ms = speech_ms
-        session_id = self.session_id
-
-        async def hear() -> None:
-            try:
-                hearing = await recognizer.transcribe(audio)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("session %s: hearing held speech failed", session_id)
-                hearing = None
-            self._post(SnippetHeard(request, hearing))
-
-        self._cancel_snippet()
-        self._snippet_task = asyncio.create_task(hear())
-
-    def _voices(self, held: HeldSpeech, params: InterruptionParams) -> Voices:
-        """What held speech sounds like so far, one voice or several: from its onset to
-        its latest speech (silence around it would raise the kurtosis: the prefix
-        padding, the silence that ended it), over its last CROWD_WINDOW at most."""
-        end = min(self._held_end(held), self.buffer.ms_to_pos(held.last_speech_ms))
-        start = max(held.start, self.buffer.ms_to_pos(held.onset_ms), end - CROWD_WINDOW)
-        if end - start < CROWD_LEAST:
-            return Voices.ONE  # too little to tell: words count as they were heard
-        return voices_of(kurtosis(self.buffer.copy(start, end)), params)
-
-    async def _on_snippet_heard(self, message: SnippetHeard) -> None:
-        held = self._held
-        interruption = self._interruption()
-        if held is None or held.request != message.request or interruption is None:
-            return  # stale: decided meanwhile
-        self._snippet_task = None
-        held.request, held.heard_ms = 0, held.asked_ms
-        hearing = message.hearing
-        held.unheard = hearing is None
-        if hearing is None:
-            held.heard = Heard.WORDS  # cannot tell: do not swallow an interruption
-        else:
-            weighed = weigh(
-                hearing.text,
-                hearing.sure,
-                held.words,
-                held.asked_ms,
-                interruption.backchannels,
-            )
-            held.heard, held.words, held.agreed = weighed.heard, weighed.words, weighed.agreed
-        await self._advance_held()
-
-    def _cancel_snippet(self) -> None:
-        if self._snippet_task is not None:
-            self._snippet_task.cancel()
-            self._snippet_task = None
-
-    def _track_held(self, detector: TurnDetector) -> None:
-        """After a batch of frames: how long the held speech has lasted."""
-        held = self._held
-        if held is None or held.stop is not None or not detector.in_speech:
-            return
-        now_ms = self.buffer.pos_to_ms(self.buffer.end)
-        held.last_speech_ms = max(held.last_speech_ms, now_ms - (detector.pause_ms or 0))
+    async def _on_hearing_done(self, message: HearingDone) -> None:
+        params = self._interruption()
+        if params is not None and self.held.heard(message, params):
+            await self._advance_held()
 
     # --- semantic_vad: the end-of-turn model ---------------------------------------------
 
     def _score_pause(self, pause_id: int) -> None:
         """Ask the end-of-turn model about the turn so far, off this task; the answer
         comes back through the mailbox as `EndOfTurnScored`."""
-        model = self.end_of_turn
-        if model is None or self._speech is None:
+        if self._speech is None:
             return
-        self._cancel_score()
         window = self.buffer.ms_to_pos(round(END_OF_TURN_WINDOW_S * 1000))
-        audio = self.buffer.copy(max(self._speech[1], self.buffer.end - window), self.buffer.end)
-        session_id = self.session_id
-        self._score_requests += 1
-        request = self._score_requests
-
-        async def score() -> None:
-            try:
-                pcm = await asyncio.to_thread(turn_audio, audio, PCM_RATE)
-                probability = await model.probability(pcm)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # The model's own failures are its to report; this one is a bug.
-                log.exception("session %s: end-of-turn scoring failed", session_id)
-                probability = None
-            self._post(EndOfTurnScored(request, pause_id, probability))
-
-        self._scoring = (request, pause_id, asyncio.create_task(score()))
+        start = max(self._speech[1], self.buffer.end - window)
+        self.scoring.score(pause_id, self.buffer.copy(start, self.buffer.end))
 
     async def _on_end_of_turn_scored(self, message: EndOfTurnScored) -> None:
-        if self._scoring is None or self._scoring[0] != message.request:
-            return  # cancelled after it answered: stale
-        self._scoring = None
+        if not self.scoring.answered(message):
+            return
         detector = self.detector
         if not isinstance(detector, SemanticTurnDetector):
             return  # turn detection changed since
@@ -907,16 +645,6 @@ class Session:
             await self._on_turn_event(stop, None)
         elif looks_final(message.probability, detector.curve) and detector.in_speech:
             self._speculate_response()
-
-    def _drop_stale_score(self) -> None:
-        """Cancel scoring for a pause the detector no longer waits on (speech resumed,
-        or the turn ended)."""
-        if self._scoring is None:
-            return
-        detector = self.detector
-        pending = detector.pending_pause if isinstance(detector, SemanticTurnDetector) else None
-        if pending != self._scoring[1]:
-            self._cancel_score()
 
     # --- speculative work during a pause (engine/speculation.py) -------------------------
 
@@ -957,26 +685,20 @@ class Session:
         )
         self.executor.speculate_response(prompt)
 
-    def _cancel_score(self) -> None:
-        if self._scoring is not None:
-            self._scoring[2].cancel()
-            self._scoring = None
-
     def _check_idle_timeout(self) -> None:
         """server_vad `idle_timeout_ms`: silence for that long after an answer has
         finished playing commits the (silent) input and asks for a response, so the
         assistant can prompt the user. Measured on the input audio clock, which
         keeps running while the client streams its microphone."""
         params = self.config.turn_detection
-        deadline = self._idle_deadline_ms
-        if params is None or params.idle_timeout_ms is None or deadline is None:
+        if params is None or params.idle_timeout_ms is None or self.responder.active is not None:
             return
-        now_ms = self.buffer.pos_to_ms(self.buffer.end)
-        if self.responder.active is not None or now_ms < deadline + params.idle_timeout_ms:
+        now_ms = self._now_ms()
+        since = self.playback_clock.idle_since(now_ms, params.idle_timeout_ms)
+        if since is None:
             return
-        self._idle_deadline_ms = None
         item_id = self.ids.new("item")
-        start_ms = max(self.buffer.pos_to_ms(self.buffer.start), deadline)
+        start_ms = max(self.buffer.pos_to_ms(self.buffer.start), since)
         self.emit.control(
             InputAudioBufferTimeoutTriggered,
             audio_start_ms=start_ms,
@@ -987,7 +709,7 @@ class Session:
         self.responder.request(ResponseRequest(from_client=False))
 
     def _on_commit(self, event: protocol.InputAudioBufferCommit) -> None:
-        have_ms = self.buffer.pos_to_ms(len(self.buffer))
+        have_ms = self.input.held_ms()
         if have_ms < self.limits.min_commit_ms:
             raise protocol.ProtocolError(
                 "input_audio_buffer_commit_empty",
@@ -999,7 +721,7 @@ class Session:
         self._speech = None
         self._reset_turn_detection()
         # What the resampler (and the noise suppressor) still hold belongs to this turn too.
-        self.buffer.append(self._flush_input())
+        self.input.flush()
         self._commit(item_id, self.buffer.start, self.buffer.end)
 
     def _commit(self, item_id: str, begin: int, end: int) -> None:
@@ -1029,33 +751,24 @@ class Session:
             self.transcription.start(turn)
         self._bound_history()
 
-    def _flush_input(self) -> npt.NDArray[np.int16]:
-        tail = self.decoder.flush()
-        if self.echo is not None:
-            tail = np.concatenate([self.echo.process(tail), self.echo.flush()])
-        if self.denoiser is None:
-            return tail
-        return np.concatenate([self.denoiser.process(tail), self.denoiser.flush()])
-
     def _on_clear(self) -> None:
-        self.decoder.reset()
-        if self.echo is not None:
-            self.echo.reset()
-        if self.denoiser is not None:
-            self.denoiser.reset()
-        self.buffer.clear()
+        self.input.clear()
         self._speech = None
         self._reset_turn_detection()
         self.emit.control(InputAudioBufferClearedEvent)
 
-    def _reset_turn_detection(self) -> None:
-        self._cancel_score()
+    def _stop_turn_work(self) -> None:
+        """Stop what turn detection has in flight: the end-of-turn scoring, speculation
+        and held speech with its hearing."""
+        self.scoring.reset()
         self.speculation.discard()
-        self._held = None
-        self._cancel_snippet()
+        self.held.reset()
+
+    def _reset_turn_detection(self) -> None:
+        self._stop_turn_work()
         if self.detector is not None:
             self.vad.reset()
-            self.detector.reset(self.buffer.pos_to_ms(self.buffer.end))
+            self.detector.reset(self._now_ms())
 
     def _on_preparation_finished(self, message: PreparationFinished) -> None:
         error = message.error
@@ -1073,27 +786,14 @@ class Session:
     # --- session configuration ----------------------------------------------------------
 
     def _on_session_update(self, event: protocol.SessionUpdate) -> None:
-        """Validate, then apply: the new config, its decoder and detector and the
+        """Validate, then apply: the new config, its input path and detector and the
         `session.updated` event are all built first; only when every step succeeded
         does anything change, so a refused update leaves the session as it was."""
         old = self.config
         new = apply_update(
-            old, event.session, audio_started=self._assistant_spoke, event_id=event.event_id
+            old, event.session, audio_started=self.playback_clock.spoke, event_id=event.event_id
         )
-        decoder = InputDecoder(new.input_format) if new.input_format != old.input_format else None
-        denoiser_changed = new.noise_reduction != old.noise_reduction
-        denoiser = (
-            self._new_denoiser(new.noise_reduction, event.event_id) if denoiser_changed else None
-        )
-        echo_changed = (new.echo_cancellation, new.echo_cancel_input) != (
-            old.echo_cancellation,
-            old.echo_cancel_input,
-        )
-        echo = (
-            self._new_echo(new.echo_cancel_input, event.event_id)
-            if echo_changed and new.echo_cancellation
-            else None
-        )
+        change = self.input.prepare(old, new, event.event_id)
         vad_changed = new.turn_detection != old.turn_detection
         detector = self._new_detector(new.turn_detection) if vad_changed else None
         try:
@@ -1109,18 +809,10 @@ class Session:
                 event.event_id,
             ) from None
         self.config = new
-        if decoder is not None:
-            self.decoder = decoder
-        if denoiser_changed:
-            self.denoiser = denoiser
-        if echo_changed:
-            self.echo, self._echo_base = echo, self.buffer.end
-            self.outbox.far_end = None if echo is None else echo.far
+        self.input.apply(change)
+        self.outbox.far_end = self.input.far_end
         if vad_changed:
-            self._cancel_score()
-            self.speculation.discard()
-            self._held = None
-            self._cancel_snippet()
+            self._stop_turn_work()
             self._speech = None
             self.vad.reset()
             self.detector = detector
@@ -1130,44 +822,14 @@ class Session:
         for unsupported in unhonoured(event.session, event.event_id):
             self._error(unsupported)
 
-    @staticmethod
-    def _new_denoiser(kind: str | None, event_id: str | None) -> Denoiser | None:
-        if kind is None:
-            return None
-        try:
-            return Denoiser(kind)  # type: ignore[arg-type]
-        except ModelMissing as exc:
-            raise protocol.ProtocolError(
-                "unsupported_value",
-                f"Noise reduction is not available here: {exc.problem}",
-                "session.audio.input.noise_reduction",
-                event_id,
-            ) from None
-
-    def _new_echo(self, cancel: bool, event_id: str | None) -> EchoCanceller:
-        try:
-            return EchoCanceller(FarEnd(self.clock), cancel=cancel)
-        except ModelMissing as exc:
-            raise protocol.ProtocolError(
-                "unsupported_value",
-                f"Echo cancellation is not available here: {exc.problem}",
-                "session.audio.input.echo_cancellation",
-                event_id,
-            ) from None
-
     # --- responses ------------------------------------------------------------------------
 
     def _on_response_ended(self, ended: ResponseEnded) -> None:
         """What an ended response changes here (the Responder calls this once per
         response, before its `response.done`)."""
-        if ended.audio_ms is not None:
-            # idle_timeout_ms counts from the end of playback of this answer, and held
-            # speech is held until then (counted from now: Parley does not know when
-            # the client began playing it, so this is an upper bound).
-            self._idle_deadline_ms = self.buffer.pos_to_ms(self.buffer.end) + ended.audio_ms
-            self._playback_end_ms = self._idle_deadline_ms
-            self._last_answer = ended.response_id
-        self._assistant_spoke = self._assistant_spoke or ended.spoke
+        self.playback_clock.answer_ended(
+            ended.response_id, self._now_ms(), ended.audio_ms, ended.spoke
+        )
         self._bound_history()
 
     # --- history ----------------------------------------------------------------------
@@ -1197,9 +859,7 @@ class Session:
         """The connection is gone: stop the model and every task, bounded."""
         await self.responder.shutdown()
         await self.mcp.close()
-        self._cancel_score()
-        self.speculation.discard()
-        self._cancel_snippet()
+        self._stop_turn_work()
         self.transcription.cancel_all()
         await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()

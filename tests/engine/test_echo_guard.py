@@ -40,7 +40,7 @@ async def handled(h: Harness) -> None:
     s, quiet = h.session, 0
     while quiet < 20:
         await h.steps(1)
-        quiet = quiet + 1 if s._mailbox.empty() and not s._busy and not len(s.outbox) else 0
+        quiet = quiet + 1 if s.handled() and not len(s.outbox) else 0
 
 
 def played(h: Harness) -> npt.NDArray[np.int16]:
@@ -87,7 +87,7 @@ async def answer_with_echo(
             await handled(h)
             if heard is not None and k + STEP == 3 * 24_000:
                 end = h.session.buffer.end
-                heard.append(h.session.heard_own_voice(end - 24_000, end))
+                heard.append(h.session.input.own_voice(end - 24_000, end))
         await h.settle()
     return h
 
@@ -114,7 +114,7 @@ async def test_with_the_echo_guard_the_echo_does_not_interrupt(
     assert h.errors() == []
     assert h.of("input_audio_buffer.speech_started") == []
     assert [r["status"] for r in h.responses_done()] == ["completed"]
-    assert h.session.echo is not None and h.session.echo.cancel is cancel_input
+    assert h.session.input.echo is not None and h.session.input.echo.cancel is cancel_input
 
 
 async def test_the_user_talking_over_the_held_echo_interrupts() -> None:
@@ -155,14 +155,17 @@ async def test_the_setting_is_applied_but_not_echoed() -> None:
         await h.update_audio(input={"echo_cancellation": {"type": "server"}})
         await h.settle()
         assert h.errors() == []
-        assert h.session.echo is not None and h.session.outbox.far_end is h.session.echo.far
+        assert (
+            h.session.input.echo is not None
+            and h.session.outbox.far_end is h.session.input.echo.far
+        )
         for kind in ("session.created", "session.updated"):
             [event] = h.of(kind)
             assert "echo_cancellation" not in event["session"]["audio"]["input"]
         await h.update_audio(input={"echo_cancellation": None})
         await h.settle()
         assert h.errors() == []
-        assert h.session.echo is None and h.session.outbox.far_end is None
+        assert h.session.input.echo is None and h.session.outbox.far_end is None
 
 
 async def test_an_unknown_type_is_refused_and_the_session_lives() -> None:
@@ -172,10 +175,10 @@ async def test_an_unknown_type_is_refused_and_the_session_lives() -> None:
         [error] = h.errors()
         assert error["code"] == "invalid_value"
         assert error["param"] == "session.audio.input.echo_cancellation.type"
-        assert h.session.echo is None
+        assert h.session.input.echo is None
         await h.update_audio(input={"echo_cancellation": {"type": "server"}})
         await h.settle()
-        assert len(h.errors()) == 1 and h.session.echo is not None
+        assert len(h.errors()) == 1 and h.session.input.echo is not None
 
 
 async def test_the_far_end_is_what_the_writer_sends_not_what_it_drops() -> None:
@@ -206,7 +209,11 @@ async def test_cancel_input_must_be_a_boolean_and_the_session_lives() -> None:
         [error] = h.errors()
         assert error["code"] == "invalid_type"
         assert error["param"] == "session.audio.input.echo_cancellation.cancel_input"
-        assert h.session.echo is None
+        assert h.session.input.echo is None
         await h.update_audio(input={"echo_cancellation": {"type": "server", "cancel_input": True}})
         await h.settle()
-        assert len(h.errors()) == 1 and h.session.echo is not None and h.session.echo.cancel
+        assert (
+            len(h.errors()) == 1
+            and h.session.input.echo is not None
+            and h.session.input.echo.cancel
+        )

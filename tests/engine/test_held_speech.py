@@ -35,7 +35,7 @@ async def handled(h: Harness) -> None:
     s, quiet = h.session, 0
     while quiet < 20:
         await h.steps(1)
-        quiet = quiet + 1 if s._mailbox.empty() and not s._busy and not len(s.outbox) else 0
+        quiet = quiet + 1 if s.handled() and not len(s.outbox) else 0
 
 
 async def speaking(h: Harness) -> str:

@@ -56,6 +56,6 @@ def test_an_ephemeral_keys_preset_applies_noise_reduction_too() -> None:
     )
     session = Session(ScriptedExecutor(), WebRtcVadBackend(), model="test", preset=preset)
     assert session.config.noise_reduction == "far_field"
-    assert session.denoiser is not None
+    assert session.input.denoiser is not None
     plain = Session(ScriptedExecutor(), WebRtcVadBackend(), model="test")
-    assert plain.denoiser is None
+    assert plain.input.denoiser is None

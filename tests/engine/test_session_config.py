@@ -204,7 +204,7 @@ async def test_an_update_whose_wire_form_fails_changes_nothing(
     async with Harness() as h:
         await h.send(SETUP)
         await h.settle()
-        config, decoder, detector = h.session.config, h.session.decoder, h.session.detector
+        config, decoder, detector = h.session.config, h.session.input.decoder, h.session.detector
         assert detector is not None
 
         def broken(config: SessionConfig) -> dict[str, Any]:
@@ -231,7 +231,7 @@ async def test_an_update_whose_wire_form_fails_changes_nothing(
             "e2",
         )
         assert h.session.config == config
-        assert h.session.decoder is decoder
+        assert h.session.input.decoder is decoder
         assert h.session.detector is detector
         assert len(h.of("session.updated")) == 1
 

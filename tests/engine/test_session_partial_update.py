@@ -90,11 +90,11 @@ async def test_noise_reduction_is_applied_and_echoed() -> None:
         session = h.of("session.updated")[0]["session"]
         assert session["instructions"] == "Hi."
         assert session["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
-        assert h.session.denoiser is not None and h.session.denoiser.kind == "far_field"
+        assert h.session.input.denoiser is not None and h.session.input.denoiser.kind == "far_field"
         await h.send(update({"audio": {"input": {"noise_reduction": None}}}))
         await h.settle()
         assert h.of("session.updated")[1]["session"]["audio"]["input"]["noise_reduction"] is None
-        assert h.session.denoiser is None
+        assert h.session.input.denoiser is None
 
 
 async def test_an_unknown_noise_reduction_is_refused_and_nothing_changes() -> None:
@@ -104,7 +104,7 @@ async def test_an_unknown_noise_reduction_is_refused_and_nothing_changes() -> No
         await h.settle()
         [error] = h.errors()
         assert error["param"] == "session.audio.input.noise_reduction.type"
-        assert h.of("session.updated") == [] and h.session.denoiser is None
+        assert h.of("session.updated") == [] and h.session.input.denoiser is None
 
 
 async def test_a_value_openai_refuses_still_refuses_the_whole_update() -> None:

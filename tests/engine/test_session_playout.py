@@ -31,13 +31,14 @@ async def test_the_server_s_playout_ends_the_answer_s_audible_time_when_it_ends(
         await feed(h, utterance("weather"))
         (done,) = h.responses_done()
         # Until told, the session counts the answer audible for its whole length.
-        assert h.session._assistant_audible()
+        clock, now_ms = h.session.playback_clock, h.session.buffer.pos_to_ms(h.session.buffer.end)
+        assert clock.answer == done["id"] and clock.audible(now_ms)
         h.session.playback(Playback("started", done["id"]))
         h.session.playback(Playback("stopped", done["id"]))
         await h.settle()
         assert h.types()[-2:] == ["output_audio_buffer.started", "output_audio_buffer.stopped"]
         assert h.of("output_audio_buffer.stopped")[0]["response_id"] == done["id"]
-        assert not h.session._assistant_audible()
+        assert not clock.audible(now_ms) and clock.end_ms == now_ms
 
 
 async def test_a_cleared_playout_truncates_the_item_to_what_was_played() -> None:

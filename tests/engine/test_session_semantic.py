@@ -10,8 +10,8 @@ import numpy.typing as npt
 
 from bench.speech import load_wav, silence
 from engine.end_of_turn import END_OF_TURN_RATE
+from engine.pause_scoring import EndOfTurnScored
 from engine.semantic_turns import FALLBACK_SILENCE_MS
-from engine.session import EndOfTurnScored
 from tests.support.audio import append_chunked
 from tests.support.end_of_turn import FakeEndOfTurn
 from tests.support.harness import Harness
@@ -35,9 +35,7 @@ async def handled(h: Harness) -> None:
     """Until the session has handled every message and its events are read (settle
     would also wait for the model, which may be waiting on the test)."""
     session = h.session
-    await h.run_until(
-        lambda: session._mailbox.empty() and not session._busy and len(session.outbox) == 0
-    )
+    await h.run_until(lambda: session.handled() and len(session.outbox) == 0)
     await h.steps(5)  # the reader appends what it took
 
 
@@ -140,10 +138,11 @@ async def test_a_score_for_another_request_is_ignored() -> None:
         await h.settle()
         await send_all(h, np.concatenate([silence(300), load_wav("weather"), silence(1000)]))
         pending = await model.asked(h)
-        scoring = h.session._scoring
-        assert scoring is not None
-        request, pause_id, _ = scoring
-        h.session._post(EndOfTurnScored(request + 1, pause_id, 1.0))
+        scoring = h.session.scoring
+        assert scoring.in_flight is not None
+        request, pause_id = scoring.in_flight
+        assert not scoring.answered(EndOfTurnScored(request + 1, pause_id, 1.0))
+        assert scoring.in_flight == (request, pause_id)  # still waited on
         await handled(h)
         assert h.of("input_audio_buffer.committed") == []
         pending.set_result(1.0)  # the answer to the request in flight does end it
