@@ -46,17 +46,10 @@ from bench.turns.noise import Pcm16, mix, noise_bed, speech_rms
 from bench.turns.scenarios import make_scenarios
 from bench.turns.stream import CHUNK_MS
 from bench.turns.synth import EspeakMissing
-from engine.interruption import (
-    HEAR_EVERY_MS,
-    InterruptionParams,
-    Verdict,
-    Weighed,
-    counted,
-    held_verdict,
-    voices_decide,
-    voices_of,
-    weigh,
-)
+from engine.held_speech import HearingDone, HeldSpeech, Interrupt
+from engine.input_buffer import InputBuffer
+from engine.interruption import HEAR_EVERY_MS, InterruptionParams
+from engine.turns import SpeechStopped
 from models.base import PCM_RATE
 from models.speech.crowd import kurtosis
 from models.speech.snippets import PROMPT, Hearing
@@ -149,6 +142,7 @@ class Replay:
     """An item as the replay reads it, whatever the thresholds: its hearings, and its
     kurtosis from the onset at each append (measured once, not once per grid point)."""
 
+    pcm: Pcm16
     hearings: tuple[HeardAt, ...]
     kurtosis_at: dict[int, float]  # ms of speech -> the kurtosis of that much
     total_ms: int
@@ -158,36 +152,66 @@ def replay_of(pcm: Pcm16, hearings: Sequence[HeardAt]) -> Replay:
     total = min(len(pcm) * 1000 // PCM_RATE, LONGEST_MS)
     steps = [min(ms, total) for ms in range(FIRST_MS, total + CHUNK_MS, CHUNK_MS)]
     at = {ms: kurtosis(pcm[: ms * PCM_RATE // 1000]) for ms in steps}
-    return Replay(tuple(hearings), at, total)
+    return Replay(pcm, tuple(hearings), at, total)
+
+
+class _ReplayedInput:
+    """The input as held speech reads it in the replay: the item after its padding,
+    with no echo guard."""
+
+    guards_echo = False
+
+    def __init__(self) -> None:
+        self.buffer = InputBuffer(PCM_RATE)
+
+    def own_voice(self, start: int, end: int) -> bool:
+        return False
+
+
+class _CachedEars:
+    """Ears answered from an item's cached hearings, as soon as they are asked."""
+
+    def __init__(self) -> None:
+        self.asked: tuple[int, Pcm16] | None = None
+
+    def ask(self, request: int, pcm: Pcm16) -> None:
+        self.asked = (request, pcm)
+
+    def cancel(self) -> None:
+        self.asked = None
 
 
 def qualified_ms(item: Replay, params: InterruptionParams) -> int | None:
     """When held speech qualifies as an interruption, in ms of speech from its onset;
-    None if it never does (it ends, or LONGEST_MS)."""
+    None if it never does (it ends, or LONGEST_MS). The session's own held-speech
+    object decides, appended to every CHUNK_MS after PADDING_MS of silence, each
+    hearing answered before the next append (its ~50 ms are not added)."""
     by_ms = {h.ms: h for h in item.hearings}
-    weighed: Weighed | None = None
-    heard_ms, words = 0, frozenset[str]()
+    ears, audio = _CachedEars(), _ReplayedInput()
+    held = HeldSpeech(ears, measure=lambda pcm: item.kurtosis_at[len(pcm) * 1000 // PCM_RATE])
+
+    def step() -> bool:
+        """One step, and one more after each hearing it asks for; whether it interrupts."""
+        decision = held.step(params, audio, PADDING_MS)
+        while ears.asked is not None:
+            (request, pcm), ears.asked = ears.asked, None
+            h = by_ms[len(pcm) * 1000 // PCM_RATE - PADDING_MS]
+            held.heard(HearingDone(request, Hearing(h.text, h.sure)), params)
+            decision = held.step(params, audio, PADDING_MS)
+        return isinstance(decision, Interrupt)
+
+    audio.buffer.append(np.zeros(PADDING_MS * PCM_RATE // 1000, np.int16))
+    held.hold("held", 0, 0, PADDING_MS)
+    appended = 0
     for ms in sorted(item.kurtosis_at):
-        for at in [m for m in sorted(by_ms) if heard_ms < m <= ms]:
-            h = by_ms[at]
-            weighed = weigh(h.text, h.sure, words, at, params.backchannels)
-            words, heard_ms = weighed.words, at
-        now = None if weighed is None else weighed.heard
-        if weighed is not None and voices_decide(weighed.heard, ms, params):
-            voices = voices_of(item.kurtosis_at[ms], params)
-            now = counted(weighed.heard, weighed.agreed, voices)
-        verdict = held_verdict(
-            params,
-            ms,
-            ended=False,
-            heard=now,
-            heard_ms=heard_ms,
-            pending=False,
-            can_classify=True,
-        )
-        if verdict is Verdict.INTERRUPT:
+        audio.buffer.append(item.pcm[appended * PCM_RATE // 1000 : ms * PCM_RATE // 1000])
+        appended = ms
+        held.grew(PADDING_MS + ms)
+        if step():
             return ms
-    return None
+    end_ms = PADDING_MS + item.total_ms
+    held.stopped(SpeechStopped(audio_end_ms=end_ms, speech_end_ms=end_ms), None)
+    return item.total_ms if step() else None
 
 
 def summarize(
