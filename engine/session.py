@@ -955,7 +955,7 @@ class Session:
             self.session_id,
             self.mcp.offered_tools({t.name for t in self.config.tools}),
         )
-        self.executor.speculate_response(prompt)
+        self.executor.answer_early(prompt)
 
     def _cancel_score(self) -> None:
         if self._scoring is not None:

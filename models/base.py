@@ -109,21 +109,21 @@ class Executor(ABC):
     async def prepare(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
         """Work on a committed user turn before a response needs it."""
 
-    def speculate(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
-        """Begin work on a user turn that is not committed yet: the session calls it
-        at a pause that may end the turn. Never emits anything; if the turn then
-        commits with no more speech, `prepare` (and `transcribe`) of the committed
-        item, which has the same id, may use the work; if the user goes on, the
-        session calls `discard_speculation`."""
+    def prepare_early(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
+        """`prepare` begun on a user turn that is not committed yet (e.g. its
+        transcription): the session calls it at a pause that may end the turn. Never
+        emits anything; if the turn then commits with no more speech, `prepare` (and
+        `transcribe`) of the committed item, which has the same id, may use the work;
+        if the user goes on, the session calls `discard_speculation`."""
 
-    def speculate_response(self, prompt: Prompt) -> None:  # noqa: B027 - optional hook
+    def answer_early(self, prompt: Prompt) -> None:  # noqa: B027 - optional hook
         """Begin the response to a turn that is not committed yet (the last item of
-        `prompt`, after `speculate` of it) when the pause looks final; never emits
-        anything. The response asked for once the turn commits may adopt it in
+        `prompt`, after `prepare_early` of it) when the pause looks final; never
+        emits anything. The response asked for once the turn commits may adopt it in
         `generate` if its prompt is the same conversation."""
 
     def discard_speculation(self, item_id: str) -> None:  # noqa: B027 - optional hook
-        """Throw away `speculate`'s (and `speculate_response`'s) work on `item_id`:
+        """Throw away `prepare_early`'s (and `answer_early`'s) work on `item_id`:
         the turn went on, or was dropped."""
 
     @abstractmethod

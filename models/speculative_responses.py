@@ -1,4 +1,4 @@
-"""A response begun before its turn is committed (`Executor.speculate_response`): the
+"""A response begun before its turn is committed (`Executor.answer_early`): the
 model runs into a buffer and nothing is emitted. The response the session asks for
 once the turn commits adopts it (`take`) when its prompt is the same conversation,
 and replays the buffer, then the rest as it comes; any other prompt, speech going on
