@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -54,6 +54,36 @@ class Prompt:
     tool_choice: str = "auto"
     # The session asking; executors that spread sessions over backends stick to it.
     session_id: str = ""
+
+
+@dataclass(frozen=True)
+class PromptKey:
+    """What the answer to a prompt depends on. Two prompts share it iff an answer
+    begun for one (`Executor.answer_early`, before its turn was committed) may be
+    adopted for the other: the same settings, the same items before the last as
+    the model reads them, and the last (the turn, committed since with some silence
+    more) by id and role."""
+
+    settings: Prompt  # the prompt without its request id and items
+    earlier: tuple[tuple[PromptItem, int | None], ...]  # each item, its audio's length
+    turn: tuple[str, str] | None  # id and role of the last item
+
+
+def prompt_key(prompt: Prompt) -> PromptKey:
+    items = prompt.items
+    return PromptKey(
+        settings=replace(prompt, request_id="", items=()),
+        earlier=tuple(_item_key(item) for item in items[:-1]),
+        turn=(items[-1].id, items[-1].role) if items else None,
+    )
+
+
+def _item_key(item: PromptItem) -> tuple[PromptItem, int | None]:
+    """An item with audio counts it by length, and not its text: the transcript of
+    the audio may have arrived since."""
+    if item.audio is None:
+        return item, None
+    return replace(item, audio=None, text=None), len(item.audio)
 
 
 @dataclass(frozen=True)
@@ -120,7 +150,7 @@ class Executor(ABC):
         """Begin the response to a turn that is not committed yet (the last item of
         `prompt`, after `prepare_early` of it) when the pause looks final; never
         emits anything. The response asked for once the turn commits may adopt it in
-        `generate` if its prompt is the same conversation."""
+        `generate` if its prompt has the same `prompt_key`."""
 
     def discard_speculation(self, item_id: str) -> None:  # noqa: B027 - optional hook
         """Throw away `prepare_early`'s (and `answer_early`'s) work on `item_id`:

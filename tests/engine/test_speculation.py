@@ -12,7 +12,7 @@ import pytest
 
 from bench.speech import load_wav, silence
 from engine.speculation import SPECULATE_AFTER_MS, Step, speculation_step
-from models.base import Prompt, PromptItem
+from models.base import Prompt, PromptItem, prompt_key
 from models.scripted import ScriptedExecutor
 from models.speech.slots import StageSlots
 from models.speech.transcripts import Transcripts
@@ -131,6 +131,9 @@ async def test_a_pause_that_looks_final_begins_the_answer_before_the_commit() ->
         assert committed["item_id"] == item_id
         assert len(h.responses_done()) == 1
         assert ("discard", item_id, 0) not in executor.calls
+        # The response asked for has the prompt the answer was begun on.
+        [asked_for] = executor.prompts
+        assert prompt_key(asked_for) == prompt_key(speculated)
 
 
 async def test_an_unsure_pause_begins_no_answer_and_speech_going_on_discards() -> None:
