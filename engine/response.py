@@ -172,11 +172,10 @@ def prompt_for(
     mcp_tools: tuple[Tool, ...] = (),
     ran: tuple[Item, ...] = (),
 ) -> Prompt:
-    """The model's prompt: the explicit input if the request had one; otherwise the
-    conversation `items` before the response's own (turns committed during it
-    belong to a later response). Then the MCP calls this response `ran`: the model
-    is asked again with their results, choosing freely this time. The tools are the
-    function tools and the `mcp_tools` the session's MCP servers listed."""
+    """The prompt of the response `resp`: the explicit input if the request had one;
+    otherwise the conversation `items` before the response's own (turns committed
+    during it belong to a later response). Then the MCP calls this response `ran`:
+    the model is asked again with their results, choosing freely this time."""
     request = resp.request
     if request.input is not None:
         source: list[Item] = list(request.input)
@@ -186,18 +185,16 @@ def prompt_for(
             if i.id == resp.item_id:
                 break
             source.append(i)
-    limit = resp.max_output_tokens
-    return Prompt(
-        request_id=resp.id,
-        session_id=session_id,
-        instructions=request.instructions
-        if request.instructions is not None
-        else config.instructions,
-        items=tuple(p for i in (*source, *ran) for p in prompt_items(i)),
-        output_modalities=resp.modalities,
-        max_output_tokens=None if limit == "inf" else int(limit),
-        tools=(*function_tools(request, config), *mcp_tools),
-        tool_choice="auto" if ran else request.tool_choice or config.tool_choice,
+    return response_prompt(
+        resp.id,
+        request,
+        tuple(p for i in (*source, *ran) for p in prompt_items(i)),
+        config,
+        session_id,
+        modalities=resp.modalities,
+        max_output_tokens=resp.max_output_tokens,
+        mcp_tools=mcp_tools,
+        choose_freely=bool(ran),
     )
 
 
@@ -210,19 +207,46 @@ def speculative_prompt(
     mcp_tools: tuple[Tool, ...] = (),
 ) -> Prompt:
     """The prompt the response to `turn` (not committed yet) will have if the turn
-    commits as it is and the response is the session's own (`create_response`): the
-    conversation, then the turn; the session's settings (`prompt_for` with a request
-    that sets nothing)."""
-    limit = config.max_output_tokens
+    commits as it is and the commit asks for the session's own response (a request
+    that sets nothing): the conversation, then the turn."""
+    return response_prompt(
+        request_id,
+        ResponseRequest(from_client=False),
+        (*(p for i in items for p in prompt_items(i)), turn),
+        config,
+        session_id,
+        modalities=config.output_modalities,
+        max_output_tokens=config.max_output_tokens,
+        mcp_tools=mcp_tools,
+    )
+
+
+def response_prompt(
+    request_id: str,
+    request: ResponseRequest,
+    items: tuple[PromptItem, ...],
+    config: SessionConfig,
+    session_id: str,
+    *,
+    modalities: tuple[Modality, ...],
+    max_output_tokens: int | Literal["inf"],
+    mcp_tools: tuple[Tool, ...] = (),
+    choose_freely: bool = False,
+) -> Prompt:
+    """The model's prompt for a response to `request` over `items`: what the request
+    sets, else the session's settings. The tools are the function tools and the
+    `mcp_tools` the session's MCP servers listed."""
     return Prompt(
         request_id=request_id,
         session_id=session_id,
-        instructions=config.instructions,
-        items=(*(p for i in items for p in prompt_items(i)), turn),
-        output_modalities=config.output_modalities,
-        max_output_tokens=None if limit == "inf" else int(limit),
-        tools=(*config.tools, *mcp_tools),
-        tool_choice=config.tool_choice,
+        instructions=request.instructions
+        if request.instructions is not None
+        else config.instructions,
+        items=items,
+        output_modalities=modalities,
+        max_output_tokens=None if max_output_tokens == "inf" else int(max_output_tokens),
+        tools=(*function_tools(request, config), *mcp_tools),
+        tool_choice="auto" if choose_freely else request.tool_choice or config.tool_choice,
     )
 
 

@@ -683,7 +683,7 @@ class Session:
             self.session_id,
             self.mcp.offered_tools({t.name for t in self.config.tools}),
         )
-        self.executor.speculate_response(prompt)
+        self.executor.answer_early(prompt)
 
     def _check_idle_timeout(self) -> None:
         """server_vad `idle_timeout_ms`: silence for that long after an answer has

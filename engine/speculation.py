@@ -2,7 +2,7 @@
 turn is committed, so its answer starts sooner when the pause does end the turn.
 
 The decision is `speculation_step`, pure; `Speculation` holds the one turn (item id)
-a session speculates on and tells the executor (`Executor.speculate`,
+a session speculates on and tells the executor (`Executor.prepare_early`,
 `discard_speculation`). Nothing is emitted and no gate changes: speculative work is
 not a response, and the committed turn, which has the speculated item's id, picks it
 up through the executor's `prepare` as any committed turn does.
@@ -47,7 +47,7 @@ class Speculation:
     def begin(self, item: PromptItem) -> None:
         self.discard()
         self.item_id = item.id
-        self.executor.speculate(item)
+        self.executor.prepare_early(item)
 
     def discard(self) -> None:
         if self.item_id is not None:

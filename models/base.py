@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -54,6 +54,36 @@ class Prompt:
     tool_choice: str = "auto"
     # The session asking; executors that spread sessions over backends stick to it.
     session_id: str = ""
+
+
+@dataclass(frozen=True)
+class PromptKey:
+    """What the answer to a prompt depends on. Two prompts share it iff an answer
+    begun for one (`Executor.answer_early`, before its turn was committed) may be
+    adopted for the other: the same settings, the same items before the last as
+    the model reads them, and the last (the turn, committed since with some silence
+    more) by id and role."""
+
+    settings: Prompt  # the prompt without its request id and items
+    earlier: tuple[tuple[PromptItem, int | None], ...]  # each item, its audio's length
+    turn: tuple[str, str] | None  # id and role of the last item
+
+
+def prompt_key(prompt: Prompt) -> PromptKey:
+    items = prompt.items
+    return PromptKey(
+        settings=replace(prompt, request_id="", items=()),
+        earlier=tuple(_item_key(item) for item in items[:-1]),
+        turn=(items[-1].id, items[-1].role) if items else None,
+    )
+
+
+def _item_key(item: PromptItem) -> tuple[PromptItem, int | None]:
+    """An item with audio counts it by length, and not its text: the transcript of
+    the audio may have arrived since."""
+    if item.audio is None:
+        return item, None
+    return replace(item, audio=None, text=None), len(item.audio)
 
 
 @dataclass(frozen=True)
@@ -109,21 +139,21 @@ class Executor(ABC):
     async def prepare(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
         """Work on a committed user turn before a response needs it."""
 
-    def speculate(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
-        """Begin work on a user turn that is not committed yet: the session calls it
-        at a pause that may end the turn. Never emits anything; if the turn then
-        commits with no more speech, `prepare` (and `transcribe`) of the committed
-        item, which has the same id, may use the work; if the user goes on, the
-        session calls `discard_speculation`."""
+    def prepare_early(self, item: PromptItem) -> None:  # noqa: B027 - optional hook
+        """`prepare` begun on a user turn that is not committed yet (e.g. its
+        transcription): the session calls it at a pause that may end the turn. Never
+        emits anything; if the turn then commits with no more speech, `prepare` (and
+        `transcribe`) of the committed item, which has the same id, may use the work;
+        if the user goes on, the session calls `discard_speculation`."""
 
-    def speculate_response(self, prompt: Prompt) -> None:  # noqa: B027 - optional hook
+    def answer_early(self, prompt: Prompt) -> None:  # noqa: B027 - optional hook
         """Begin the response to a turn that is not committed yet (the last item of
-        `prompt`, after `speculate` of it) when the pause looks final; never emits
-        anything. The response asked for once the turn commits may adopt it in
-        `generate` if its prompt is the same conversation."""
+        `prompt`, after `prepare_early` of it) when the pause looks final; never
+        emits anything. The response asked for once the turn commits may adopt it in
+        `generate` if its prompt has the same `prompt_key`."""
 
     def discard_speculation(self, item_id: str) -> None:  # noqa: B027 - optional hook
-        """Throw away `speculate`'s (and `speculate_response`'s) work on `item_id`:
+        """Throw away `prepare_early`'s (and `answer_early`'s) work on `item_id`:
         the turn went on, or was dropped."""
 
     @abstractmethod

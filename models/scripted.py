@@ -42,6 +42,11 @@ def read_speech(path: Path) -> np.ndarray:
         return np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.int16)
 
 
+def tone(samples: int, rate: int) -> np.ndarray:
+    """A quiet 220 Hz tone: audio that is plainly the model's, with no words in it."""
+    return (1000 * np.sin(2 * np.pi * 220 * np.arange(samples) / rate)).astype(np.int16)
+
+
 @dataclass
 class ScriptedExecutor(Executor):
     chunk_ms: int = 100
@@ -139,10 +144,8 @@ class ScriptedExecutor(Executor):
             return [(text, None) for text in texts]
         n = self.chunk_ms * self.output_rate // 1000
         if self.speech is None or not len(self.speech):
-            tone = (1000 * np.sin(2 * np.pi * 220 * np.arange(n) / self.output_rate)).astype(
-                np.int16
-            )
-            return [(text, tone) for text in texts]
+            chunk = tone(n, self.output_rate)
+            return [(text, chunk) for text in texts]
         pieces = [self.speech[i : i + n] for i in range(0, len(self.speech), n)]
         spoken = [""] * len(pieces)
         for i, text in enumerate(texts):

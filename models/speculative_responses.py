@@ -1,8 +1,9 @@
-"""A response begun before its turn is committed (`Executor.speculate_response`): the
-model runs into a buffer and nothing is emitted. The response the session asks for
-once the turn commits adopts it (`take`) when its prompt is the same conversation,
-and replays the buffer, then the rest as it comes; any other prompt, speech going on
-(`discard`) or nobody asking within `UNCLAIMED_S` throws it away, stopping the model.
+"""A response begun before its turn is committed (`Executor.answer_early`): the model
+runs into a buffer and nothing is emitted. The response the session asks for once
+the turn commits adopts it (`take`) when its prompt has the same `prompt_key` (the
+same conversation and settings), and replays the buffer, then the rest as it comes;
+any other prompt, speech going on (`discard`) or nobody asking within `UNCLAIMED_S`
+throws it away, stopping the model.
 
 One at a time per executor: a new speculation, or a real response that is not the
 speculated one, stops the running one first, so speculation never holds a model
@@ -17,7 +18,7 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from models.base import ExecutorStats, OutputChunk, Prompt, PromptItem
+from models.base import ExecutorStats, OutputChunk, Prompt, PromptKey, prompt_key
 from models.speech.transcripts import SpeculationStats
 
 log = logging.getLogger(__name__)
@@ -29,38 +30,11 @@ UNCLAIMED_S = 15.0
 Generate = Callable[[Prompt], AsyncGenerator[OutputChunk, None]]
 
 
-def same_conversation(speculated: Prompt, real: Prompt) -> bool:
-    """Whether `real` asks for what `speculated` began: the same settings and items,
-    the last (the speculated turn, committed since with some silence more) by id."""
-    settings = ("instructions", "output_modalities", "max_output_tokens", "tools", "tool_choice")
-    if any(getattr(speculated, s) != getattr(real, s) for s in settings):
-        return False
-    if speculated.session_id != real.session_id or len(speculated.items) != len(real.items):
-        return False
-    if not speculated.items:
-        return False
-    *before, turn = speculated.items
-    *real_before, real_turn = real.items
-    if (turn.id, turn.role) != (real_turn.id, real_turn.role):
-        return False
-    return all(_same_item(a, b) for a, b in zip(before, real_before, strict=True))
-
-
-def _same_item(a: PromptItem, b: PromptItem) -> bool:
-    fields = ("id", "role", "kind", "call_id", "name", "arguments", "output", "rate")
-    if any(getattr(a, f) != getattr(b, f) for f in fields):
-        return False
-    if (a.audio is None) != (b.audio is None):
-        return False
-    if a.audio is not None and b.audio is not None and len(a.audio) != len(b.audio):
-        return False
-    return a.text == b.text or a.text is None or b.text is None  # a transcript may arrive
-
-
 @dataclass
 class _Speculation:
     item_id: str
     prompt: Prompt
+    key: PromptKey
     chunks: asyncio.Queue[OutputChunk | BaseException | None] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     expiry: asyncio.TimerHandle | None = None
@@ -86,7 +60,7 @@ class SpeculativeResponses:
 
     def begin(self, prompt: Prompt, item_id: str) -> None:
         self.discard()
-        spec = _Speculation(item_id, prompt)
+        spec = _Speculation(item_id, prompt, prompt_key(prompt))
         spec.task = asyncio.get_running_loop().create_task(
             self._run(spec), name=f"speculation:{prompt.request_id}"
         )
@@ -104,13 +78,13 @@ class SpeculativeResponses:
         self._stop(spec)
 
     def take(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None] | None:
-        """The speculated response's chunks if `prompt` is what it began, adopted by
-        `prompt.request_id`; else None (and a running speculation is stopped: the
-        model is needed for this request)."""
+        """The speculated response's chunks if `prompt` has the key of the one it
+        began, adopted by `prompt.request_id`; else None (and a running speculation
+        is stopped: the model is needed for this request)."""
         spec = self._running
         if spec is None:
             return None
-        if not same_conversation(spec.prompt, prompt):
+        if prompt_key(prompt) != spec.key:
             self.discard()
             return None
         self._running = None

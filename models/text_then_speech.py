@@ -13,11 +13,11 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from models.base import Executor, ExecutorStats, OutputChunk, Prompt, PromptItem
-from models.speculative_responses import SpeculativeResponses
+from models.base import ExecutorStats, OutputChunk, PromptItem
+from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
-from models.speech.transcripts import SpeculationStats, Transcripts
+from models.speech.transcripts import Transcripts
 
 # Request ids aborted before they started, remembered so they never start.
 EARLY_ABORTS = 1024
@@ -38,50 +38,24 @@ class TextThenSpeechStats(ExecutorStats):
 R = TypeVar("R", bound=RequestState)
 
 
-class TextThenSpeechExecutor(Executor, Generic[R]):
+class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
     stats: TextThenSpeechStats
 
     def __init__(
         self, speaker: Speaker, *, recognizer: SpeechRecognizer | None, owns_tts: bool
     ) -> None:
+        # The model hears the turn's audio itself, so an early answer is the plain
+        # request on the turn so far.
+        super().__init__(Transcripts(recognizer), self._generate, self._abort)
         self.speaker = speaker
         self.output_rate = speaker.output_rate
-        self.transcripts = Transcripts(recognizer)
         self._owns_tts = owns_tts
         self._requests: dict[str, R] = {}
         self._aborted_early: OrderedDict[str, None] = OrderedDict()
-        # The model hears the turn's audio itself, so a speculative response is the
-        # plain request on the turn so far.
-        self.responses = SpeculativeResponses(
-            self._generate, self._abort, self.transcripts.speculation
-        )
 
     async def prepare(self, item: PromptItem) -> None:
         if item.role == "user" and item.text is None:
             self.transcripts.start(item)  # for history and the client; never awaited here
-
-    def speculate(self, item: PromptItem) -> None:
-        if item.role == "user" and item.text is None:
-            self.transcripts.speculate(item)
-
-    def discard_speculation(self, item_id: str) -> None:
-        self.responses.discard(item_id)
-        self.transcripts.discard(item_id)
-
-    def speculate_response(self, prompt: Prompt) -> None:
-        if prompt.items:
-            self.responses.begin(prompt, prompt.items[-1].id)
-
-    def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
-        return self.responses.respond(prompt, self._generate, self.stats)
-
-    @abstractmethod
-    def _generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
-        """The request at the model, its reply spoken (the executor's own)."""
-
-    @property
-    def speculation(self) -> SpeculationStats:
-        return self.transcripts.speculation
 
     async def transcribe(self, item: PromptItem) -> str | None:
         return await self.transcripts.get(item)

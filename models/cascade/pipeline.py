@@ -23,22 +23,14 @@ import threading
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field, replace
 
-from models.base import (
-    PCM_RATE,
-    Executor,
-    ExecutorStats,
-    FunctionCall,
-    OutputChunk,
-    Prompt,
-    PromptItem,
-)
+from models.base import PCM_RATE, ExecutorStats, FunctionCall, OutputChunk, Prompt, PromptItem
 from models.cascade.llm import LanguageModel
 from models.cascade.text import ChatMessage, chat_messages, spoken_end
-from models.speculative_responses import SpeculativeResponses
+from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, SpeakOutcome, speak_text
-from models.speech.transcripts import SpeculationStats, Transcripts
+from models.speech.transcripts import Transcripts
 from models.speech.tts import Synthesizer
 from models.tool_text import CallSplitter, hermes_calls, said_before_call
 
@@ -57,7 +49,7 @@ class CascadeStats(ExecutorStats):
     sentences_by_request: dict[str, int] = field(default_factory=dict)
 
 
-class CascadeExecutor(Executor):
+class CascadeExecutor(SpeculatingExecutor):
     name = "cascade"
     stats: CascadeStats
 
@@ -81,13 +73,11 @@ class CascadeExecutor(Executor):
         self.slots = {stage: StageSlots(stage, concurrency) for stage in ("asr", "llm", "tts")}
         self.speaker = Speaker(tts, self.slots["tts"], output_rate)
         self.stats = CascadeStats()
-        self.transcripts = Transcripts(
+        transcripts = Transcripts(
             asr, self.slots["asr"], cache=transcript_cache, on_recognized=self._recognized
         )
+        super().__init__(transcripts, self._answer_early, self.abort)
         self._aborts: dict[str, threading.Event] = {}
-        self.responses = SpeculativeResponses(
-            self._speculated, self.abort, self.transcripts.speculation
-        )
 
     @property
     def queued(self) -> int:
@@ -108,18 +98,6 @@ class CascadeExecutor(Executor):
         turn's preparation and the client's input transcription); "" without audio."""
         return await self.transcripts.get(item) or ""
 
-    def speculate(self, item: PromptItem) -> None:
-        if item.role == "user" and item.text is None:
-            self.transcripts.speculate(item)
-
-    def discard_speculation(self, item_id: str) -> None:
-        self.responses.discard(item_id)
-        self.transcripts.discard(item_id)
-
-    @property
-    def speculation(self) -> SpeculationStats:
-        return self.transcripts.speculation
-
     def _recognized(self, item_id: str) -> None:
         self.stats.transcribed += 1
         self.stats.mark(item_id, "transcribed")
@@ -132,15 +110,11 @@ class CascadeExecutor(Executor):
 
     # --- a response -------------------------------------------------------------------
 
-    def generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
-        return self.responses.respond(prompt, self._generate, self.stats)
+    def _may_answer_early(self) -> bool:
+        return self.slots["llm"].idle
 
-    def speculate_response(self, prompt: Prompt) -> None:
-        if prompt.items and self.slots["llm"].idle:
-            self.responses.begin(prompt, prompt.items[-1].id)
-
-    async def _speculated(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
-        """A speculative response: its turn (not committed) read from the speculative
+    async def _answer_early(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        """An early answer: its turn (not committed) read from the speculative
         recognition, which it never adopts; nothing if there is none."""
         *before, turn = prompt.items
         text = await self.transcripts.speculative_text(turn.id)

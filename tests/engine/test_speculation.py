@@ -12,7 +12,7 @@ import pytest
 
 from bench.speech import load_wav, silence
 from engine.speculation import SPECULATE_AFTER_MS, Step, speculation_step
-from models.base import Prompt, PromptItem
+from models.base import Prompt, PromptItem, prompt_key
 from models.scripted import ScriptedExecutor
 from models.speech.slots import StageSlots
 from models.speech.transcripts import Transcripts
@@ -43,16 +43,16 @@ class Recording(ScriptedExecutor):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, str, int]] = []  # (hook, item id, samples)
-        self.responses: list[Prompt] = []  # speculate_response's prompts
+        self.responses: list[Prompt] = []  # answer_early's prompts
 
-    def speculate(self, item: PromptItem) -> None:
+    def prepare_early(self, item: PromptItem) -> None:
         assert item.audio is not None
-        self.calls.append(("speculate", item.id, len(item.audio)))
+        self.calls.append(("prepare_early", item.id, len(item.audio)))
 
     def discard_speculation(self, item_id: str) -> None:
         self.calls.append(("discard", item_id, 0))
 
-    def speculate_response(self, prompt: Prompt) -> None:
+    def answer_early(self, prompt: Prompt) -> None:
         self.responses.append(prompt)
 
     async def prepare(self, item: PromptItem) -> None:
@@ -76,11 +76,11 @@ async def test_a_pause_the_user_speaks_through_is_discarded_and_the_final_one_us
         # Every call is about the one turn.
         assert {i for _, i, _ in calls} == {item_id}
         # The pause inside the turn was speculated on, then discarded when speech went on.
-        first = hooks.index("speculate")
+        first = hooks.index("prepare_early")
         assert "discard" in hooks[first:]
         # The last speculation began in the final pause and is the committed turn's now:
         # nothing discards it, and the turn prepared is that audio plus silence.
-        last = len(hooks) - 1 - hooks[::-1].index("speculate")
+        last = len(hooks) - 1 - hooks[::-1].index("prepare_early")
         assert hooks[last + 1 :] == ["prepare"]
         speculated, prepared = calls[last][2], calls[-1][2]
         assert len(speech) * 2 < speculated <= prepared
@@ -91,10 +91,10 @@ async def test_clearing_the_buffer_discards_the_speculation() -> None:
     async with Harness(executor) as h:
         await append_chunked(h, np.concatenate([silence(300), load_wav("weather"), silence(300)]))
         await h.settle()
-        assert [hook for hook, _, _ in executor.calls] == ["speculate"]
+        assert [hook for hook, _, _ in executor.calls] == ["prepare_early"]
         await h.send({"type": "input_audio_buffer.clear"})
         await h.settle()
-        assert [hook for hook, _, _ in executor.calls] == ["speculate", "discard"]
+        assert [hook for hook, _, _ in executor.calls] == ["prepare_early", "discard"]
         assert h.of("input_audio_buffer.committed") == []
 
 
@@ -131,6 +131,9 @@ async def test_a_pause_that_looks_final_begins_the_answer_before_the_commit() ->
         assert committed["item_id"] == item_id
         assert len(h.responses_done()) == 1
         assert ("discard", item_id, 0) not in executor.calls
+        # The response asked for has the prompt the answer was begun on.
+        [asked_for] = executor.prompts
+        assert prompt_key(asked_for) == prompt_key(speculated)
 
 
 async def test_an_unsure_pause_begins_no_answer_and_speech_going_on_discards() -> None:

@@ -1,5 +1,6 @@
-"""A response begun before its turn commits: adopted by the same conversation's
-response (buffer replayed, then the rest), thrown away otherwise."""
+"""A response begun before its turn commits: adopted by the response whose prompt
+has the same key, the same conversation (buffer replayed, then the rest), thrown
+away otherwise."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 
 from models import speculative_responses
-from models.base import OutputChunk, Prompt, PromptItem
-from models.speculative_responses import SpeculativeResponses, same_conversation
+from models.base import OutputChunk, Prompt, PromptItem, prompt_key
+from models.speculative_responses import SpeculativeResponses
 
 
 def turn(samples: int = 4800) -> PromptItem:
@@ -54,18 +55,29 @@ async def steps(n: int = 10) -> None:
         await asyncio.sleep(0)
 
 
-def test_the_same_conversation_with_the_turn_committed_since() -> None:
-    speculated = prompt()
+def test_the_same_conversation_with_the_turn_committed_since_has_the_same_key() -> None:
+    speculated = prompt_key(prompt())
     committed = prompt("resp_real", turn(7200))  # the turn with more silence after it
-    assert same_conversation(speculated, committed)
-    assert not same_conversation(speculated, replace(committed, instructions="Be long."))
-    assert not same_conversation(speculated, prompt("r", PromptItem("item_3", "user")))
+    assert prompt_key(committed) == speculated
+    assert prompt_key(replace(committed, instructions="Be long.")) != speculated
+    assert prompt_key(prompt("r", PromptItem("item_3", "user"))) != speculated
     edited = replace(
         committed, items=(PromptItem("item_1", "user", text="bye"), *committed.items[1:])
     )
-    assert not same_conversation(speculated, edited)
+    assert prompt_key(edited) != speculated
     fewer = replace(committed, items=committed.items[1:])
-    assert not same_conversation(speculated, fewer)
+    assert prompt_key(fewer) != speculated
+
+
+def test_an_earlier_turn_counts_by_its_audio_not_its_transcript() -> None:
+    def earlier(audio: int, text: str | None) -> Prompt:
+        said = PromptItem("item_0", "user", audio=np.zeros(audio, dtype=np.int16), text=text)
+        return replace(prompt(), items=(said, *prompt().items))
+
+    speculated = prompt_key(earlier(2400, None))
+    assert prompt_key(earlier(2400, "hello")) == speculated  # its transcript arrived since
+    assert prompt_key(earlier(4800, None)) != speculated
+    assert prompt_key(replace(earlier(2400, None), session_id="s2")) != speculated
 
 
 async def test_the_committed_turns_response_adopts_what_was_made_and_the_rest() -> None:

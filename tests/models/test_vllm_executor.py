@@ -285,7 +285,7 @@ async def test_a_speculative_request_is_adopted_by_the_same_conversation() -> No
     engine = FakeAsyncLLM()
     ex, _ = make(engine)
     await ex.start()
-    ex.speculate_response(prompt("resp_spec", audio=False))
+    ex.answer_early(prompt("resp_spec", audio=False))
     await settle()
     assert [rid for _, _, rid in engine.requests] == ["resp_spec"]  # begun at the model
     # The committed turn's response: the same conversation under its own id.
@@ -301,7 +301,7 @@ async def test_a_speculative_request_is_aborted_when_the_user_goes_on() -> None:
     engine.hold()
     ex, _ = make(engine)
     await ex.start()
-    ex.speculate_response(prompt("resp_spec", audio=False))
+    ex.answer_early(prompt("resp_spec", audio=False))
     await settle()
     ex.discard_speculation("u1")
     for _ in range(100):
@@ -318,7 +318,7 @@ async def test_aborting_the_adopting_response_aborts_the_speculative_request() -
     engine.hold()
     ex, _ = make(engine)
     await ex.start()
-    ex.speculate_response(prompt("resp_spec", audio=False))
+    ex.answer_early(prompt("resp_spec", audio=False))
     await settle()
     stream = ex.generate(prompt("resp_real", audio=False))
     await engine.release(2)

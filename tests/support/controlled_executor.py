@@ -18,17 +18,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
-
-from models.base import (
-    PCM_RATE,
-    Executor,
-    ExecutorStats,
-    FunctionCall,
-    OutputChunk,
-    Prompt,
-    PromptItem,
-)
+from models.base import Executor, ExecutorStats, FunctionCall, OutputChunk, Prompt, PromptItem
+from models.scripted import tone
 
 ChunkKind = Literal["audio", "text", "call"]
 CHUNK_MS = 100
@@ -68,11 +59,6 @@ class Generation:
         return self.prompt.request_id
 
 
-def _tone(ms: int) -> np.ndarray:
-    t = np.arange(ms * PCM_RATE // 1000) / PCM_RATE
-    return (1000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
-
-
 class ControlledExecutor(Executor):
     name = "controlled"
 
@@ -83,7 +69,7 @@ class ControlledExecutor(Executor):
         self.closed: list[str] = []  # request ids whose generator was closed
         self.aborted: list[str] = []  # request ids asked to abort
         self.fail_next_prepare = False
-        self._tone = _tone(CHUNK_MS)
+        self._tone = tone(CHUNK_MS * self.output_rate // 1000, self.output_rate)
 
     # --- what a test releases --------------------------------------------------------
 
