@@ -25,7 +25,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -56,12 +55,13 @@ from engine.interruption import InterruptionParams, SnippetRecognizer, holds
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
+from engine.mailbox import Close, Drain, End, Mailbox, Message, PreparationFinished, Reject
 from engine.mcp_client import McpClient, StreamableHttpMcp
 from engine.mcp_session import McpListed, McpTools
 from engine.observer import Observer
 from engine.pause_scoring import EndOfTurnScored, PauseScoring
 from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackClock, TrackAudio
-from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
+from engine.prepare_chain import PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
 from engine.response import (
     ResponseFinished,
@@ -97,49 +97,6 @@ from models.base import PCM_RATE, Executor, PromptItem
 log = logging.getLogger(__name__)
 
 
-# --- mailbox messages from the session's own tasks ----------------------------------
-
-
-@dataclass(frozen=True)
-class PreparationFinished:
-    preparation: Preparation
-    error: BaseException | None
-
-
-@dataclass(frozen=True)
-class Reject:
-    """A client frame that did not parse, reported in wire order."""
-
-    error: protocol.ProtocolError
-
-
-@dataclass(frozen=True)
-class _Close:
-    pass
-
-
-@dataclass(frozen=True)
-class _Drain:
-    """End the session once it has nothing left to answer."""
-
-
-@dataclass(frozen=True)
-class _End:
-    """End the session now, every response closed with its `response.done`."""
-
-
-# What the session's own tasks and its transport's playout post.
-InternalMessage = (
-    PreparationFinished
-    | ResponseFinished
-    | TranscriptionFinished
-    | EndOfTurnScored
-    | HearingDone
-    | Playback
-    | McpListed
-)
-Message = protocol.ClientEvent | TrackAudio | Reject | InternalMessage | _Close | _Drain | _End
-
 # semantic_vad without an end-of-turn model is told once per process.
 _warned_no_end_of_turn = False
 
@@ -160,6 +117,7 @@ class Session:
         mcp_client: McpClient | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
+        self.mailbox = Mailbox(self.limits.mailbox_slots)
         self.executor = executor
         self.ids = Ids()
         self.session_id = self.ids.new("sess")
@@ -228,8 +186,6 @@ class Session:
         self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
         self.items = ItemEvents(self.conversation, self.emit, self.ids, self.responder, self.outbox)
         self.transcription = InputTranscription(executor, self.emit, self.conversation, self._post)
-        self._mailbox: asyncio.Queue[Message] = asyncio.Queue()
-        self._slots = asyncio.Semaphore(self.limits.mailbox_slots)
 
     @property
     def buffer(self) -> InputBuffer:
@@ -244,42 +200,38 @@ class Session:
     async def submit(self, event: protocol.ClientEvent | protocol.ProtocolError) -> None:
         """Queue a client event (or its parse error); waits while the mailbox is full,
         which stops the reader and so pushes back on the client without losing data."""
-        await self._slots.acquire()
-        self._mailbox.put_nowait(
-            Reject(event) if isinstance(event, protocol.ProtocolError) else event
-        )
+        await self.mailbox.submit(event)
 
     async def feed(self, pcm: npt.NDArray[np.int16], received_at: float | None = None) -> None:
         """Queue audio from a media track (24 kHz pcm16); waits as `submit` does."""
-        await self._slots.acquire()
-        self._mailbox.put_nowait(TrackAudio(pcm, received_at))
+        await self.mailbox.feed(pcm, received_at)
 
     def playback(self, played: Playback) -> None:
         """The transport's playout moved on (WebRTC: the server plays the audio)."""
         self._post(played)
 
     def _post(self, message: Message) -> None:
-        self._mailbox.put_nowait(message)
+        self.mailbox.post(message)
 
     def close(self) -> None:
         """The connection is gone: end now, telling nobody."""
-        self._post(_Close())
+        self._post(Close())
 
     def drain(self) -> None:
         """The server is shutting down: `run` returns as soon as the session is idle
         (at once if it is now), so answers in flight finish first."""
-        self._post(_Drain())
+        self._post(Drain())
 
     def end(self) -> None:
         """The server's drain deadline: every response is cancelled with its
         `response.done` (in the outbox, for the connection to send), then `run`
         returns."""
-        self._post(_End())
+        self._post(End())
 
     def handled(self) -> bool:
         """Every message so far is handled: the mailbox is empty and none is being
         handled (work they started may still run)."""
-        return self._mailbox.empty() and not self._busy
+        return self.mailbox.empty() and not self._busy
 
     def idle(self) -> bool:
         """Nothing queued or running: no response active, deferred or out of band,
@@ -304,16 +256,16 @@ class Session:
         try:
             draining = False
             while True:
-                message = await self._mailbox.get()
-                if isinstance(message, _Close):
+                message = await self.mailbox.get()
+                if isinstance(message, Close):
                     break
-                if isinstance(message, _End):
+                if isinstance(message, End):
                     await self.responder.cancel_all()
                     break
-                draining = draining or isinstance(message, _Drain)
+                draining = draining or isinstance(message, Drain)
                 self._busy = True
                 try:
-                    if not isinstance(message, _Drain):
+                    if not isinstance(message, Drain):
                         await self._dispatch(message)
                     self.responder.start_deferred()
                 finally:
@@ -334,7 +286,6 @@ class Session:
             await self._shutdown()
 
     async def _dispatch(self, message: Message) -> None:
-        is_client = not isinstance(message, InternalMessage)
         try:
             await self._handle(message)
         except protocol.ProtocolError as exc:
@@ -353,8 +304,7 @@ class Session:
                 )
             )
         finally:
-            if is_client:
-                self._slots.release()
+            self.mailbox.taken(message)
 
     async def _handle(self, m: Message) -> None:
         match m:
