@@ -61,8 +61,8 @@ from engine.interruption import (
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
-from engine.mcp_client import McpClient, StreamableHttpMcp
-from engine.mcp_session import McpListed, McpTools
+from engine.mcp.client import McpClient, StreamableHttpMcp
+from engine.mcp.tools import McpListed, McpTools
 from engine.observer import Observer
 from engine.playback import PLAYBACK_EVENTS, Playback, TrackAudio
 from engine.prepare_chain import Preparation, PrepareChain, PrepareChainBroken
@@ -296,7 +296,7 @@ class Session:
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
-        # The session's MCP servers (engine/mcp_session.py), listed from `run` on.
+        # The session's MCP servers (engine/mcp/tools.py), listed from `run` on.
         self.mcp = McpTools(
             mcp_client or StreamableHttpMcp(),
             emit=self.emit,

@@ -1,4 +1,4 @@
-"""MCP tools in a session (engine/mcp_session.py, engine/response_stream.py): a server
+"""MCP tools in a session (engine/mcp/tools.py, engine/mcp/calls.py): a server
 the session names is listed into the conversation, its tools are offered to the model,
 a call runs inside the response (or waits for the client's approval) and the answer
 reads its result; a barge-in or a cancel cuts a running call. The scripted model calls
@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from bench.speech import load_wav
-from engine.mcp import McpError, McpResult
+from engine.mcp.rules import McpError, McpResult
 from tests.support.harness import Harness
 from tests.support.mcp_server import SCHEMA, FakeMcp, local_mcp
 

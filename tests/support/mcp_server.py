@@ -20,7 +20,7 @@ from typing import Any
 
 import uvicorn
 
-from engine.mcp import McpError, McpResult, McpServer, McpTool
+from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
 from tests.support.servers import bound_socket, serving
 
 SCHEMA = json.dumps({"type": "object", "properties": {"samples": {"type": "integer"}}})

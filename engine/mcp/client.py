@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any, Protocol
 
-from engine.mcp import McpError, McpResult, McpServer, McpTool
+from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
 
 log = logging.getLogger(__name__)
 
