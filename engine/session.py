@@ -61,7 +61,7 @@ from engine.interruption import (
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
-from engine.mcp.client import McpClient, StreamableHttpMcp
+from engine.mcp.client import McpClient, NoMcp
 from engine.mcp.tools import McpListed, McpTools
 from engine.observer import Observer
 from engine.playback import PLAYBACK_EVENTS, Playback, TrackAudio
@@ -298,7 +298,7 @@ class Session:
         )
         # The session's MCP servers (engine/mcp/tools.py), listed from `run` on.
         self.mcp = McpTools(
-            mcp_client or StreamableHttpMcp(),
+            mcp_client or NoMcp(),
             emit=self.emit,
             conversation=self.conversation,
             new_id=self.ids.new,

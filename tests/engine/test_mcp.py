@@ -1,8 +1,8 @@
 """MCP tools (engine/mcp/rules.py, engine/mcp/client.py, engine/mcp/calls.py): which
 tools a session's MCP server offers, which calls wait for approval and which approved
 calls are still to run, as pure decisions; listing and calling tools on a local MCP
-server (the `mcp` package's own), with every failure an error in OpenAI's shape; and
-the tool as a client sends it."""
+server (the `mcp` package's own), with every failure an error in OpenAI's shape, or
+on none (`NoMcp`); and the tool as a client sends it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from engine.conversation import Item, McpFields
 from engine.mcp.calls import approved_requests
-from engine.mcp.client import StreamableHttpMcp
+from engine.mcp.client import NoMcp, StreamableHttpMcp
 from engine.mcp.rules import (
     ApprovalFilter,
     McpError,
@@ -73,6 +73,13 @@ def test_approved_requests_run_once_and_denied_ones_never() -> None:
     # r0 approved; r1 denied; r2 approved and run already; r3 not answered yet.
     assert approved_requests([*asked, *answers, ran]) == [asked[0]]
     assert approved_requests([*asked, *answers]) == [asked[0], asked[2]]
+
+
+async def test_without_a_client_no_server_is_reached() -> None:
+    listed = await NoMcp().list_tools(server())
+    assert isinstance(listed, McpError) and listed.kind == "http_error"
+    called = await NoMcp().call_tool(server(), "lookup_order", {})
+    assert called.output is None and called.error is not None
 
 
 def test_authorization_goes_as_a_bearer_token_beside_the_headers() -> None:
