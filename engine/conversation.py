@@ -50,13 +50,26 @@ ItemKind = Literal[
     "message",
     "function_call",
     "function_call_output",
-    # MCP (engine/mcp.py): a server's tool listing, a call the server ran, a call
+    # MCP (engine/mcp/): a server's tool listing, a call the server ran, a call
     # waiting for the client's approval, and that approval.
     "mcp_list_tools",
     "mcp_call",
     "mcp_approval_request",
     "mcp_approval_response",
 ]
+
+
+@dataclass
+class McpFields:
+    """What only an `mcp_*` item has (its name, arguments and output are the
+    item's, as a function call's are)."""
+
+    server_label: str | None = None  # all but mcp_approval_response
+    tools: list[dict[str, Any]] | None = None  # mcp_list_tools, as listed
+    error: dict[str, Any] | None = None  # mcp_call
+    approval_request_id: str | None = None  # mcp_call, mcp_approval_response
+    approve: bool | None = None  # mcp_approval_response
+    reason: str | None = None  # mcp_approval_response
 
 
 @dataclass
@@ -76,12 +89,7 @@ class Item:
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
-    server_label: str | None = None  # mcp_*
-    mcp_tools: list[dict[str, Any]] | None = None  # mcp_list_tools, as listed
-    mcp_error: dict[str, Any] | None = None  # mcp_call
-    approval_request_id: str | None = None  # mcp_call, mcp_approval_response
-    approve: bool | None = None  # mcp_approval_response
-    reason: str | None = None  # mcp_approval_response
+    mcp: McpFields = field(default_factory=McpFields)  # mcp_* items only
 
     @property
     def has_audio(self) -> bool:
@@ -158,19 +166,20 @@ class Item:
     def _mcp_wire(self) -> dict[str, Any]:
         """An MCP item, as the SDK's `RealtimeMcp*` models have it (no `object` or
         `status`)."""
+        mcp = self.mcp
         base: dict[str, Any] = {"id": self.id, "type": self.kind}
         if self.kind == "mcp_list_tools":
-            return {**base, "server_label": self.server_label, "tools": self.mcp_tools or []}
+            return {**base, "server_label": mcp.server_label, "tools": mcp.tools or []}
         if self.kind == "mcp_approval_response":
             return {
                 **base,
-                "approval_request_id": self.approval_request_id,
-                "approve": bool(self.approve),
-                "reason": self.reason,
+                "approval_request_id": mcp.approval_request_id,
+                "approve": bool(mcp.approve),
+                "reason": mcp.reason,
             }
         call = {
             **base,
-            "server_label": self.server_label,
+            "server_label": mcp.server_label,
             "name": self.name,
             "arguments": self.arguments or "",
         }
@@ -179,8 +188,8 @@ class Item:
         return {
             **call,
             "output": self.output,
-            "error": self.mcp_error,
-            "approval_request_id": self.approval_request_id,
+            "error": mcp.error,
+            "approval_request_id": mcp.approval_request_id,
         }
 
 

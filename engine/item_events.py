@@ -45,11 +45,11 @@ class ItemEvents:
     def create(self, event: protocol.ConversationItemCreate) -> None:
         item = item_from_wire(event.item, self._ids.new, event_id=event.event_id)
         if item.kind == "mcp_approval_response":
-            asked = self._conversation.get(item.approval_request_id or "")
+            asked = self._conversation.get(item.mcp.approval_request_id or "")
             if asked is None or asked.kind != "mcp_approval_request":
                 raise protocol.ProtocolError(
                     "item_not_found",
-                    f"No MCP approval request '{item.approval_request_id}'.",
+                    f"No MCP approval request '{item.mcp.approval_request_id}'.",
                     "item.approval_request_id",
                     event.event_id,
                 )

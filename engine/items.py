@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.conversation import Item
+from engine.conversation import Item, McpFields
 from engine.protocol import ItemIn, ProtocolError
 from models.base import PCM_RATE, PromptItem
 
@@ -36,12 +36,16 @@ def item_from_wire(
             f"Missing required parameter: '{param}.{field}'.", field, "missing_required_parameter"
         )
 
+    def require(*fields: str) -> None:
+        for name in fields:
+            if getattr(wire, name) is None:
+                raise missing(name)
+
     item_id = wire.id or new_id("item")
     if wire.type == "item_reference":
         raise fail("An item_reference is only valid in response.create input.", "type")
     if wire.type == "function_call":
-        if wire.name is None:
-            raise missing("name")
+        require("name")
         return Item(
             item_id,
             "assistant",
@@ -51,23 +55,13 @@ def item_from_wire(
             call_id=wire.call_id or new_id("call"),
         )
     if wire.type == "mcp_approval_response":
-        if wire.approval_request_id is None:
-            raise missing("approval_request_id")
-        if wire.approve is None:
-            raise missing("approve")
-        return Item(
-            item_id,
-            "user",
-            kind="mcp_approval_response",
-            approval_request_id=wire.approval_request_id,
-            approve=wire.approve,
-            reason=wire.reason,
+        require("approval_request_id", "approve")
+        answer = McpFields(
+            approval_request_id=wire.approval_request_id, approve=wire.approve, reason=wire.reason
         )
+        return Item(item_id, "user", kind="mcp_approval_response", mcp=answer)
     if wire.type == "function_call_output":
-        if wire.call_id is None:
-            raise missing("call_id")
-        if wire.output is None:
-            raise missing("output")
+        require("call_id", "output")
         return Item(
             item_id, "user", kind="function_call_output", call_id=wire.call_id, output=wire.output
         )
@@ -125,7 +119,7 @@ def prompt_items(item: Item) -> tuple[PromptItem, ...]:
     a function call and its output (the model called it, and reads the result); an
     MCP listing and approvals are not the model's to read."""
     if item.kind == "mcp_call":
-        error = item.mcp_error
+        error = item.mcp.error
         result = item.output if error is None else f"Error: {error.get('message', '')}"
         return (
             PromptItem(

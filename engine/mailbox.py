@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from engine import protocol
 from engine.held_speech import HearingDone
-from engine.mcp_session import McpListed
+from engine.mcp.tools import McpListed
 from engine.pause_scoring import EndOfTurnScored
 from engine.playback import Playback, TrackAudio
 from engine.prepare_chain import Preparation

@@ -40,8 +40,8 @@ from engine.gates import (
     decide_response_request,
 )
 from engine.limits import EngineLimits
-from engine.mcp import McpError
-from engine.mcp_session import McpTools
+from engine.mcp.calls import McpCalls, cut_off
+from engine.mcp.tools import McpTools
 from engine.observer import Observer, ResponseStatus
 from engine.prepare_chain import PrepareChain
 from engine.response import (
@@ -301,8 +301,7 @@ class Responder:
             conversation=self._conversation,
             new_id=self._ids.new,
             current_epoch=self.lane_epoch,
-            mcp=self._mcp,
-            functions=lambda: function_tools(request, self._config()),
+            mcp=self._mcp_calls(request, response_id),
         )
         resp = ActiveResponse(
             request=request,
@@ -330,6 +329,19 @@ class Responder:
             )
         resp.task = asyncio.get_running_loop().create_task(
             self._run(resp), name=f"response:{resp.id}"
+        )
+
+    def _mcp_calls(self, request: ResponseRequest, response_id: str) -> McpCalls | None:
+        """The response's MCP calls; a function tool's name stays the function's."""
+        if self._mcp is None:
+            return None
+        return McpCalls(
+            tools=self._mcp,
+            response_id=response_id,
+            functions=lambda: function_tools(request, self._config()),
+            emit=self._emit,
+            conversation=self._conversation,
+            new_id=self._ids.new,
         )
 
     async def _run(self, resp: ActiveResponse) -> None:
@@ -424,12 +436,7 @@ class Responder:
             self._oob.pop(resp.id, None)
             self._oob_ended[resp.id] = stream.message.id
         item = stream.message
-        for call in stream.calls:
-            if call.kind == "mcp_call" and call.output is None and call.mcp_error is None:
-                # Cut off with its response: the server's answer never came back.
-                call.mcp_error = McpError(
-                    "tool_execution_error", "The call was cancelled with its response."
-                ).wire()
+        cut_off(stream.calls)  # an MCP call still running never answers now
         kept = 0
         if stream.message_open:
             kept = stream.close_message(status, self._outbox.sent_samples.get(item.id, 0))

@@ -7,12 +7,9 @@ stream keeps what was generated (audio, transcript, marks, calls); the Responder
 (engine/responder.py) reads that only once the response is fenced or its task has
 ended, and then closes the message here (`close_message`).
 
-A call of a tool an MCP server listed (engine/mcp_session.py) is run here, inside
-the response task, so a barge-in cancels it with the response: an `mcp_call` item
-with its events, then the model again with the result, the answer going on in the
-same message (at most MAX_MCP_ROUNDS times). A call that needs the client's approval
-is an `mcp_approval_request` item instead, and the response ends; once the client
-approved it (`mcp_approval_response`), the next response runs it first.
+A call of a tool an MCP server listed is run inside the response task
+(engine/mcp/calls.py), so a barge-in cancels it with the response; the model then
+runs again with the result, its answer going on in the same message.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -37,11 +33,6 @@ from openai.types.realtime import (
     ResponseContentPartDoneEvent,
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionCallArgumentsDoneEvent,
-    ResponseMcpCallArgumentsDelta,
-    ResponseMcpCallArgumentsDone,
-    ResponseMcpCallCompleted,
-    ResponseMcpCallFailed,
-    ResponseMcpCallInProgress,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseTextDeltaEvent,
@@ -52,13 +43,9 @@ from engine.audio_format import OutputEncoder
 from engine.conversation import Conversation, Item, TranscriptMark, transcript_at
 from engine.emitter import Emitter
 from engine.gates import GateSnapshot, response_gate_open
-from engine.mcp import McpError, McpServer, McpTool, needs_approval
-from engine.mcp_session import McpTools
+from engine.mcp.calls import MAX_MCP_ROUNDS, McpCalls
 from engine.prepare_chain import Preparation, PrepareChain
-from models.base import Executor, FunctionCall, OutputChunk, Prompt, Tool
-
-# MCP calls answered within one response before the model must answer in words.
-MAX_MCP_ROUNDS = 4
+from models.base import Executor, FunctionCall, OutputChunk, Prompt
 
 
 @dataclass(frozen=True)
@@ -111,8 +98,7 @@ class ResponseStream:
         conversation: Conversation,
         new_id: Callable[[str], str],
         current_epoch: Callable[[str], int],
-        mcp: McpTools | None = None,
-        functions: Callable[[], tuple[Tool, ...]] = tuple,
+        mcp: McpCalls | None = None,
     ) -> None:
         self.response_id = response_id
         self.epoch = epoch
@@ -127,7 +113,6 @@ class ResponseStream:
         self._new_id = new_id
         self._current_epoch = current_epoch
         self._mcp = mcp
-        self._functions = functions  # the response's function tools: their names are theirs
         # What was generated: written here only, read by the Responder after the end.
         self.message_open = False
         self.audio: list[np.ndarray] = []
@@ -166,7 +151,9 @@ class ResponseStream:
             await self._gate.wait()
         if self.fenced():
             return
-        ran = await self._run_approved()
+        ran: list[Item] = []  # the MCP calls run so far, for the prompt
+        if self._mcp is not None and self.in_conversation:
+            ran = await self._mcp.run_approved(self)  # the ones the client approved
         for _ in range(MAX_MCP_ROUNDS + 1):
             if self.fenced():
                 return
@@ -181,9 +168,8 @@ class ResponseStream:
                         on_first_chunk()
                         on_first_chunk = None
                     call = chunk.function_call
-                    route = None if call is None else self._mcp_route(call.name)
-                    if call is not None and route is not None:
-                        if (done := await self._mcp_call(call, *route)) is not None:
+                    if call is not None and self._mcp is not None and self._mcp.routes(call.name):
+                        if (done := await self._mcp.call(call, self)) is not None:
                             ran.append(done)
                         continue
                     await self._emit_chunk(chunk)
@@ -193,43 +179,12 @@ class ResponseStream:
             tail = self.encoder.flush()  # the encoder's last held-back samples
             await self._emit_audio(tail, self.output_index(self.item_id))
 
-    async def _run_approved(self) -> list[Item]:
-        """The calls the client approved since the response that asked for them,
-        run first (each once)."""
-        if self._mcp is None or not self.in_conversation:
-            return []
-        items = self._conversation.items
-        called = {i.approval_request_id for i in items if i.kind == "mcp_call"}
-        approved = {
-            i.approval_request_id for i in items if i.kind == "mcp_approval_response" and i.approve
-        }
-        ran: list[Item] = []
-        for request in items:
-            if request.kind != "mcp_approval_request" or request.id in called:
-                continue
-            if request.id not in approved:
-                continue
-            route = self._mcp_route(request.name or "")
-            if route is None:
-                continue  # the server no longer lists it
-            call = FunctionCall(request.name or "", request.arguments or "{}", request.id)
-            done = await self._mcp_call(call, *route, approval_request_id=request.id)
-            if done is not None:
-                ran.append(done)
-        return ran
-
-    def _mcp_route(self, name: str) -> tuple[McpServer, McpTool] | None:
-        """The MCP server and tool a call of `name` goes to; None for a function
-        tool's name, which stays the function's (as the prompt offered it)."""
-        if self._mcp is None or name in {t.name for t in self._functions()}:
-            return None
-        return self._mcp.route(name)
-
-    def _announce(
+    def announce(
         self, item: Item, in_progress: dict[str, Any] | None = None
     ) -> tuple[int, str | None]:
         """Add an output item to the response (and to the conversation's events):
-        its output index, and the item before it in the conversation."""
+        its output index, and the item before it in the conversation. For the
+        response's function and MCP calls (`engine.mcp.calls.Outputs`)."""
         previous = self.calls[-1].id if self.calls else None
         if previous is None and self.in_conversation:
             previous = (
@@ -252,7 +207,7 @@ class ResponseStream:
         if self.in_conversation:
             self._emit.control(ConversationItemAdded, item=wire, previous_item_id=previous)
 
-    def _settle(self, item: Item, index: int, previous: str | None) -> None:
+    def settle(self, item: Item, index: int, previous: str | None) -> None:
         """An announced output item is complete."""
         self._emit.control(
             ResponseOutputItemDoneEvent,
@@ -262,61 +217,6 @@ class ResponseStream:
         )
         if self.in_conversation:
             self._emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
-
-    async def _mcp_call(
-        self,
-        call: FunctionCall,
-        server: McpServer,
-        tool: McpTool,
-        *,
-        approval_request_id: str | None = None,
-    ) -> Item | None:
-        """A call of an MCP server's tool: asked for approval (None), or run, its
-        item returned for the model to read."""
-        assert self._mcp is not None
-        if approval_request_id is None and needs_approval(tool, server):
-            request = Item(
-                self._new_id("mcpr"),
-                "assistant",
-                kind="mcp_approval_request",
-                server_label=server.label,
-                name=call.name,
-                arguments=call.arguments,
-            )
-            self._settle(request, *self._announce(request))
-            return None
-        item = Item(
-            self._new_id("mcp"),
-            "assistant",
-            kind="mcp_call",
-            server_label=server.label,
-            name=call.name,
-            arguments=call.arguments,
-            approval_request_id=approval_request_id,
-        )
-        index, previous = self._announce(item, {**item.wire(), "arguments": ""})
-        ids = {"response_id": self.response_id, "item_id": item.id, "output_index": index}
-        self._emit.control(ResponseMcpCallArgumentsDelta, delta=call.arguments, **ids)
-        self._emit.control(ResponseMcpCallArgumentsDone, arguments=call.arguments, **ids)
-        self._emit.control(ResponseMcpCallInProgress, item_id=item.id, output_index=index)
-        try:
-            arguments = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError:
-            arguments = None
-        if isinstance(arguments, dict):
-            result = await self._mcp.client.call_tool(server, tool.name, arguments)
-            item.output, error = result.output, result.error
-        else:
-            error = McpError("protocol_error", "The arguments are not a JSON object.", -32602)
-        if self.fenced():
-            return None
-        if error is not None:
-            item.mcp_error = error.wire()
-            self._emit.control(ResponseMcpCallFailed, item_id=item.id, output_index=index)
-        else:
-            self._emit.control(ResponseMcpCallCompleted, item_id=item.id, output_index=index)
-        self._settle(item, index, previous)
-        return item
 
     def _open_message(self) -> None:
         """Announce the assistant message with its first output."""
@@ -349,7 +249,7 @@ class ResponseStream:
             arguments=call.arguments,
         )
         in_progress = {**item.wire(), "status": "in_progress", "arguments": ""}
-        index, previous = self._announce(item, in_progress)
+        index, previous = self.announce(item, in_progress)
         ids = {"response_id": self.response_id, "item_id": item.id, "output_index": index}
         self._emit.control(
             ResponseFunctionCallArgumentsDeltaEvent,
@@ -364,7 +264,7 @@ class ResponseStream:
             arguments=call.arguments,
             **ids,
         )
-        self._settle(item, index, previous)
+        self.settle(item, index, previous)
 
     async def _emit_chunk(self, chunk: OutputChunk) -> None:
         if chunk.finish is not None:

@@ -56,8 +56,8 @@ from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
 from engine.mailbox import Close, Drain, End, Mailbox, Message, PreparationFinished, Reject
-from engine.mcp_client import McpClient, StreamableHttpMcp
-from engine.mcp_session import McpListed, McpTools
+from engine.mcp.client import McpClient, NoMcp
+from engine.mcp.tools import McpListed, McpTools
 from engine.observer import Observer
 from engine.pause_scoring import EndOfTurnScored, PauseScoring
 from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackClock, TrackAudio
@@ -158,9 +158,9 @@ class Session:
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
-        # The session's MCP servers (engine/mcp_session.py), listed from `run` on.
+        # The session's MCP servers (engine/mcp/tools.py), listed from `run` on.
         self.mcp = McpTools(
-            mcp_client or StreamableHttpMcp(),
+            mcp_client or NoMcp(),
             emit=self.emit,
             conversation=self.conversation,
             new_id=self.ids.new,

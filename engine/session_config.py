@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from engine.audio_format import PCM24, AudioFormat
 from engine.interruption import InterruptionParams
-from engine.mcp import ApprovalFilter, McpServer, ToolFilter, server_of
+from engine.mcp.rules import ApprovalFilter, McpServer, ToolFilter, server_of
 from engine.protocol import (
     AudioFormatIn,
     InterruptionIn,
@@ -54,7 +54,7 @@ class SessionConfig:
     input_format: AudioFormat = PCM24
     output_format: AudioFormat = PCM24
     tools: tuple[Tool, ...] = ()
-    mcp: tuple[McpServer, ...] = ()  # the `type: "mcp"` tools (engine/mcp.py)
+    mcp: tuple[McpServer, ...] = ()  # the `type: "mcp"` tools (engine/mcp/rules.py)
     tool_choice: str = "auto"  # auto, none, required, or a function's name
     max_output_tokens: int | Literal["inf"] = "inf"
     # audio.input.noise_reduction: WebRTC's suppressor before the VAD (models/speech/denoise.py)

@@ -19,6 +19,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from engine.mcp.client import StreamableHttpMcp
 from engine.observer import Observer
 from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
 from engine.vad_batch import VadBatcher
@@ -146,6 +147,8 @@ def create_app(
     # Hears speech held while the assistant talks (turn_detection.interruption, on by
     # default); its model loads in the background once the server starts.
     snippets = WhisperSnippets(settings.hearing_model)
+    # Reaches the MCP servers a session names (`type: "mcp"` tools), for every session.
+    mcp_client = StreamableHttpMcp()
     install_redaction()  # no audio or key in the WebSocket library's debug lines
     metrics = Metrics() if settings.metrics else None
     metered = MetricsObserver(metrics, time.monotonic) if metrics else None
@@ -188,7 +191,14 @@ def create_app(
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
     keys = KeyStore(settings.api_keys, secret)
     endpoint = RealtimeEndpoint(
-        settings, model_executor, vad, keys, observers, end_of_turn=end_of_turn, snippets=snippets
+        settings,
+        model_executor,
+        vad,
+        keys,
+        observers,
+        end_of_turn=end_of_turn,
+        snippets=snippets,
+        mcp_client=mcp_client,
     )
     calls = CallsEndpoint(endpoint)  # WebRTC calls: sessions of the same endpoint
     app.state.keys = keys

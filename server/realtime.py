@@ -28,6 +28,7 @@ from engine.emitter import OutboxOverflow
 from engine.end_of_turn import EndOfTurnModel
 from engine.interruption import SnippetRecognizer
 from engine.limits import EngineLimits
+from engine.mcp.client import McpClient
 from engine.observer import Observer
 from engine.protocol import (
     BETA_HEADER,
@@ -117,6 +118,7 @@ class RealtimeEndpoint:
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
         snippets: SnippetRecognizer | None = None,
+        mcp_client: McpClient | None = None,
     ) -> None:
         self.settings = settings
         self.observer = observer
@@ -124,6 +126,7 @@ class RealtimeEndpoint:
         # its turns end on fixed silence).
         self.end_of_turn = end_of_turn
         self.snippets = snippets
+        self.mcp_client = mcp_client  # reaches the MCP servers sessions name (None: none)
         self.executor = executor
         self.vad = vad
         self.keys = keys
@@ -246,6 +249,7 @@ class RealtimeEndpoint:
             observer=self.observer,
             end_of_turn=self.end_of_turn,
             snippets=self.snippets,
+            mcp_client=self.mcp_client,
         )
 
     async def _sideband(self, ws: WebSocket, call_id: str) -> None:

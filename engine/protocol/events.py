@@ -187,7 +187,7 @@ class ToolIn(_Loose):
     server_label: str | None = Field(default=None, max_length=256)
     description: str | None = None
     parameters: JsonObject | None = None
-    # MCP (engine/mcp.py).
+    # MCP (engine/mcp/rules.py).
     server_url: str | None = Field(default=None, max_length=2048)
     connector_id: str | None = None
     allowed_tools: AllowedToolsIn | None = None

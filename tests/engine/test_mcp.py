@@ -1,7 +1,8 @@
-"""MCP tools (engine/mcp.py, engine/mcp_client.py): which tools a session's MCP
-server offers and which calls wait for approval, as pure decisions; listing and
-calling tools on a local MCP server (the `mcp` package's own), with every failure
-an error in OpenAI's shape; and the tool as a client sends it."""
+"""MCP tools (engine/mcp/rules.py, engine/mcp/client.py, engine/mcp/calls.py): which
+tools a session's MCP server offers, which calls wait for approval and which approved
+calls are still to run, as pure decisions; listing and calling tools on a local MCP
+server (the `mcp` package's own), with every failure an error in OpenAI's shape, or
+on none (`NoMcp`); and the tool as a client sends it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import json
 
 import pytest
 
-from engine.mcp import (
+from engine.conversation import Item, McpFields
+from engine.mcp.calls import approved_requests
+from engine.mcp.client import NoMcp, StreamableHttpMcp
+from engine.mcp.rules import (
     ApprovalFilter,
     McpError,
     McpServer,
@@ -19,7 +23,6 @@ from engine.mcp import (
     offered,
     server_of,
 )
-from engine.mcp_client import StreamableHttpMcp
 from engine.protocol import ProtocolError, SessionUpdate, parse_client_event
 from tests.support.mcp_server import local_mcp
 from tests.support.servers import free_port
@@ -54,6 +57,29 @@ def test_calls_wait_for_approval_unless_a_rule_lets_them_run() -> None:
     )
     assert needs_approval(CANCEL, server(approval=always_cancel))  # `always` wins
     assert needs_approval(LOOKUP, server(approval=always_cancel))
+
+
+def test_approved_requests_run_once_and_denied_ones_never() -> None:
+    def item(item_id: str, kind: str, **mcp: object) -> Item:
+        return Item(item_id, "user", kind=kind, mcp=McpFields(**mcp))  # type: ignore[arg-type]
+
+    asked = [item(f"r{n}", "mcp_approval_request", server_label="s") for n in range(4)]
+    answers = [
+        item("a0", "mcp_approval_response", approval_request_id="r0", approve=True),
+        item("a1", "mcp_approval_response", approval_request_id="r1", approve=False),
+        item("a2", "mcp_approval_response", approval_request_id="r2", approve=True),
+    ]
+    ran = item("c2", "mcp_call", server_label="s", approval_request_id="r2")
+    # r0 approved; r1 denied; r2 approved and run already; r3 not answered yet.
+    assert approved_requests([*asked, *answers, ran]) == [asked[0]]
+    assert approved_requests([*asked, *answers]) == [asked[0], asked[2]]
+
+
+async def test_without_a_client_no_server_is_reached() -> None:
+    listed = await NoMcp().list_tools(server())
+    assert isinstance(listed, McpError) and listed.kind == "http_error"
+    called = await NoMcp().call_tool(server(), "lookup_order", {})
+    assert called.output is None and called.error is not None
 
 
 def test_authorization_goes_as_a_bearer_token_beside_the_headers() -> None:

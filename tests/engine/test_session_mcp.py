@@ -1,4 +1,4 @@
-"""MCP tools in a session (engine/mcp_session.py, engine/response_stream.py): a server
+"""MCP tools in a session (engine/mcp/tools.py, engine/mcp/calls.py): a server
 the session names is listed into the conversation, its tools are offered to the model,
 a call runs inside the response (or waits for the client's approval) and the answer
 reads its result; a barge-in or a cancel cuts a running call. The scripted model calls
@@ -12,9 +12,13 @@ import json
 from typing import Any
 
 from bench.speech import load_wav
-from engine.mcp import McpError, McpResult
+from engine.mcp.client import StreamableHttpMcp
+from engine.mcp.rules import McpError, McpResult
+from server.app import create_app
+from server.config import Settings
 from tests.support.harness import Harness
 from tests.support.mcp_server import SCHEMA, FakeMcp, local_mcp
+from tests.support.servers import TEST_SETTINGS
 
 MANUAL = {
     "type": "session.update",
@@ -63,6 +67,22 @@ async def test_an_mcp_server_is_listed_when_the_session_names_it() -> None:
         assert [t["name"] for t in done["item"]["tools"]] == ["count"]  # allowed_tools
         assert done["item"]["tools"][0]["input_schema"] == json.loads(SCHEMA)
         assert not h.errors()
+
+
+async def test_a_session_given_no_client_lists_nothing() -> None:
+    """Sessions built without an MCP client (tests, benchmarks) reach no server: the
+    listing fails at once; the server hands its sessions a real client."""
+    async with Harness() as h:
+        await h.send(mcp_update(require_approval="never"))
+        await h.settle()
+        assert len(h.of("mcp_list_tools.failed")) == 1
+        assert not h.of("mcp_list_tools.completed") and not h.errors()
+
+
+def test_the_server_hands_every_session_its_one_client() -> None:
+    endpoint = create_app(Settings(**TEST_SETTINGS)).state.endpoint
+    one, two = endpoint.new_session("m"), endpoint.new_session("m")
+    assert isinstance(one.mcp.client, StreamableHttpMcp) and one.mcp.client is two.mcp.client
 
 
 async def test_a_listing_that_fails_says_so_and_offers_nothing() -> None:
@@ -199,7 +219,7 @@ async def test_a_cancel_cuts_a_running_call() -> None:
 
 async def test_an_mcp_tool_call_on_a_local_mcp_server() -> None:
     """The `mcp` package's own server, over Streamable HTTP: listed, called, answered."""
-    async with local_mcp() as server, Harness() as h:
+    async with local_mcp() as server, Harness(mcp_client=StreamableHttpMcp()) as h:
         tool = {
             "type": "mcp",
             "server_label": "orders",

@@ -33,9 +33,7 @@ def table(heading: str) -> dict[str, tuple[str, list[str]]]:
 
 CLIENT = table("Client events")
 SERVER = table("Server events")
-SOURCE = "\n".join(
-    p.read_text() for d in ("engine", "engine/protocol", "server") for p in (ROOT / d).glob("*.py")
-)
+SOURCE = "\n".join(p.read_text() for d in ("engine", "server") for p in (ROOT / d).rglob("*.py"))
 TESTS = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from engine.end_of_turn import EndOfTurnModel
 from engine.interruption import SnippetRecognizer
 from engine.limits import EngineLimits
-from engine.mcp_client import McpClient
+from engine.mcp.client import McpClient
 from engine.observer import Observer
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session

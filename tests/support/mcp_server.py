@@ -20,7 +20,7 @@ from typing import Any
 
 import uvicorn
 
-from engine.mcp import McpError, McpResult, McpServer, McpTool
+from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
 from tests.support.servers import bound_socket, serving
 
 SCHEMA = json.dumps({"type": "object", "properties": {"samples": {"type": "integer"}}})
@@ -39,24 +39,26 @@ def _server(state: LocalMcp) -> Any:
     from mcp_types import ToolAnnotations
 
     server = MCPServer("orders")
+    read_only = ToolAnnotations(read_only_hint=True)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def called(name: str, answer: str, **arguments: Any) -> str:
+        state.calls.append((name, arguments))
+        return answer
+
+    @server.tool(annotations=read_only)
     def lookup_order(order_id: str) -> str:
         """Look up an order by its id."""
-        state.calls.append(("lookup_order", {"order_id": order_id}))
-        return f"Order {order_id} shipped yesterday."
+        return called("lookup_order", f"Order {order_id} shipped yesterday.", order_id=order_id)
 
     @server.tool()
     def cancel_order(order_id: str) -> str:
         """Cancel an order."""
-        state.calls.append(("cancel_order", {"order_id": order_id}))
-        return f"Order {order_id} is cancelled."
+        return called("cancel_order", f"Order {order_id} is cancelled.", order_id=order_id)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(annotations=read_only)
     def count_samples(samples: int) -> str:
         """Says how many samples were heard (what the scripted model calls with)."""
-        state.calls.append(("count_samples", {"samples": samples}))
-        return f"{samples} samples counted"
+        return called("count_samples", f"{samples} samples counted", samples=samples)
 
     @server.tool()
     def broken_order(order_id: str) -> str:

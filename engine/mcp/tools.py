@@ -28,10 +28,10 @@ from openai.types.realtime import (
     McpListToolsInProgress,
 )
 
-from engine.conversation import Conversation, Item
+from engine.conversation import Conversation, Item, McpFields
 from engine.emitter import Emitter
-from engine.mcp import McpError, McpServer, McpTool, offered
-from engine.mcp_client import McpClient
+from engine.mcp.client import McpClient
+from engine.mcp.rules import McpError, McpServer, McpTool, offered
 from models.base import Tool
 
 log = logging.getLogger(__name__)
@@ -83,10 +83,8 @@ class McpTools:
                 self._list(server)
 
     def _list(self, server: McpServer) -> None:
-        item = Item(
-            self._new_id("item"), "assistant", kind="mcp_list_tools", server_label=server.label
-        )
-        item.mcp_tools = []
+        listed = McpFields(server.label, tools=[])
+        item = Item(self._new_id("item"), "assistant", kind="mcp_list_tools", mcp=listed)
         previous = self._conversation.append(item)
         listing = _Listing(server, item)
         self._listings[server.label] = listing
@@ -111,7 +109,7 @@ class McpTools:
             self._emit.control(McpListToolsFailed, item_id=item.id)
             return
         listing.tools = tuple(t for t in message.tools if offered(t, listing.server))
-        item.mcp_tools = [
+        item.mcp.tools = [
             {
                 "name": t.name,
                 "description": t.description,

@@ -5,6 +5,9 @@ is seldom, so nothing is kept open between them (nor left open when a session en
 Every failure comes back as an `McpError` in OpenAI's shape, never as an exception:
 a server that cannot be reached, answers with an error status, breaks the protocol,
 takes longer than `timeout_s`, or whose tool reports an error.
+
+`NoMcp` reaches no server: a session that was handed no client can name MCP servers
+(their listing fails) without the engine opening a connection of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 import logging
 from typing import Any, Protocol
 
-from engine.mcp import McpError, McpResult, McpServer, McpTool
+from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,18 @@ def text_of(content: list[Any]) -> str:
         kind = getattr(part, "type", "")
         parts.append(getattr(part, "text", "") if kind == "text" else f"[{kind} content]")
     return "\n".join(parts)[:MAX_OUTPUT_CHARS]
+
+
+class NoMcp:
+    """The `McpClient` of a session given none (tests, benchmarks): it reaches no
+    server, so every listing fails, and nothing is offered or called. The server
+    hands its sessions a `StreamableHttpMcp` (server/app.py)."""
+
+    async def list_tools(self, server: McpServer) -> list[McpTool] | McpError:
+        return McpError("http_error", f"{server.label}: this session has no MCP client")
+
+    async def call_tool(self, server: McpServer, name: str, arguments: dict[str, Any]) -> McpResult:
+        return McpResult(error=McpError("http_error", f"{server.label}: no MCP client"))
 
 
 class StreamableHttpMcp:
