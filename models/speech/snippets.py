@@ -34,7 +34,7 @@ import numpy.typing as npt
 import soxr
 
 from models.base import PCM_RATE
-from models.speech.asr import WHISPER_RATE, resolve_whisper
+from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
 
 log = logging.getLogger(__name__)
 
