@@ -99,11 +99,11 @@ from engine.turns import (
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
 from models.errors import ModelMissing
-from models.speech.crowd import kurtosis
-from models.speech.denoise import Denoiser
-from models.speech.echo import MAX_LAG_S, EchoCanceller, FarEnd, own_voice_score
-from models.speech.frame_stage import RATE
-from models.speech.snippets import Hearing
+from models.listening.crowd import kurtosis
+from models.listening.denoise import Denoiser
+from models.listening.echo import MAX_LAG_S, EchoCanceller, FarEnd, own_voice_score
+from models.listening.frame_stage import RATE
+from models.listening.hearing import Hearing
 
 # The own-voice score (models/speech/echo.py) above which held speech is the
 # assistant's echo: the echo alone scores ~0.85-1.0, the user alone or talking over a

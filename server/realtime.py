@@ -116,14 +116,14 @@ class RealtimeEndpoint:
         keys: KeyStore,
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
-        snippets: SnippetRecognizer | None = None,
+        hearing: SnippetRecognizer | None = None,
     ) -> None:
         self.settings = settings
         self.observer = observer
         # semantic_vad's end-of-turn model, shared by the process's sessions (None:
         # its turns end on fixed silence).
         self.end_of_turn = end_of_turn
-        self.snippets = snippets
+        self.hearing = hearing
         self.executor = executor
         self.vad = vad
         self.keys = keys
@@ -245,7 +245,7 @@ class RealtimeEndpoint:
             preset=preset,
             observer=self.observer,
             end_of_turn=self.end_of_turn,
-            snippets=self.snippets,
+            snippets=self.hearing,
         )
 
     async def _sideband(self, ws: WebSocket, call_id: str) -> None:

@@ -14,17 +14,14 @@ from hypothesis import strategies as st
 from bench.speech import load_wav, silence
 from bench.vad_backends import speech_extent_ms
 from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector
-from engine.vad import (
-    FrameScore,
-    ScriptedScorer,
+from engine.vad import FrameScore, ScriptedScorer, VadBackend, VadStream
+from models.listening.vad import (
     SileroOnnxBackend,
-    VadBackend,
     VadModelError,
-    VadStream,
     WebRtcVadBackend,
     bundled_silero_model,
 )
-from engine.vad_batch import VadBatcher
+from models.listening.vad_batch import VadBatcher
 from server.app import create_app
 from server.config import Settings
 from tests.support.audio import split
