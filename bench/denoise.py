@@ -18,7 +18,7 @@ import numpy.typing as npt
 from bench.machine import machine
 from bench.speech import load_wav, silence
 from models.base import PCM_RATE
-from models.speech.denoise import Denoiser
+from models.listening.denoise import Denoiser
 
 RESULTS = Path(__file__).parent / "results" / "denoise.json"
 CHUNK = PCM_RATE // 50  # 20 ms appends

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from bench.machine import machine
 from bench.speech import load_wav
 from models.base import PCM_RATE
-from models.speech.echo import EchoCanceller, FarEnd
+from models.listening.echo import EchoCanceller, FarEnd
 
 RESULTS = Path(__file__).parent / "results" / "echo.json"
 CHUNK = PCM_RATE // 50  # 20 ms appends

@@ -24,8 +24,8 @@ import numpy.typing as npt
 import soxr
 
 from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
-from models.turn.features import RATE, features
-from models.turn.smart_turn import bundled_smart_turn, open_session
+from models.listening.smart_turn import bundled_smart_turn, open_session
+from models.listening.turn_features import RATE, features
 
 OUT = Path(__file__).parent / "results" / "turn_model.json"
 ROUNDS = 10

@@ -23,7 +23,8 @@ import numpy.typing as npt
 
 from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
 from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector
-from engine.vad import SileroOnnxBackend, VadBackend, VadStream, WebRtcVadBackend
+from engine.vad import VadBackend, VadStream
+from models.listening.vad import SileroOnnxBackend, WebRtcVadBackend
 
 GAP_MS = 1000
 # Noise RMS as a fraction of full scale. The fixtures' speech is ~0.1 RMS

@@ -58,9 +58,9 @@ from bench.voice_to_voice_ws import fixtures_arg, run_ws
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
 from engine.session_config import DEFAULT_VAD
-from engine.vad import SileroOnnxBackend
 from models.cascade.build import CascadeOptions, build_cascade
 from models.cascade.pipeline import CascadeExecutor
+from models.listening.vad import SileroOnnxBackend
 from models.speech.files import cache_dir
 
 REPEATS = 3

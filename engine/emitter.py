@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from openai import BaseModel as SdkModel
 
-from models.speech.echo import FarEnd
+from models.listening.echo import FarEnd
 
 E = TypeVar("E", bound=SdkModel)
 

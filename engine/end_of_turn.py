@@ -1,4 +1,4 @@
-"""The end-of-turn model as the engine sees it (implemented in models/turn/)."""
+"""The end-of-turn model as the engine sees it (implemented in models/listening/smart_turn.py)."""
 
 from typing import Protocol
 

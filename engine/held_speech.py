@@ -36,8 +36,8 @@ from engine.interruption import (
 )
 from engine.turns import SpeechStopped
 from models.base import PCM_RATE
-from models.speech.crowd import kurtosis
-from models.speech.snippets import Hearing
+from models.listening.crowd import kurtosis
+from models.listening.hearing import Hearing
 
 log = logging.getLogger(__name__)
 

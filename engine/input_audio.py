@@ -21,13 +21,13 @@ from engine.input_buffer import InputBuffer
 from engine.session_config import SessionConfig
 from models.base import PCM_RATE
 from models.errors import ModelMissing
-from models.speech.denoise import Denoiser
-from models.speech.echo import MAX_LAG_S, EchoCanceller, FarEnd, own_voice_score
-from models.speech.frame_stage import RATE
+from models.listening.denoise import Denoiser
+from models.listening.echo import MAX_LAG_S, EchoCanceller, FarEnd, own_voice_score
+from models.listening.frame_stage import RATE
 
 Pcm16 = npt.NDArray[np.int16]
 
-# The own-voice score (models/speech/echo.py) above which held speech is the
+# The own-voice score (models/listening/echo.py) above which held speech is the
 # assistant's echo: the echo alone scores ~0.85-1.0, the user alone or talking over a
 # -10 dB echo ~0.35 (tests/models/test_echo.py).
 OWN_VOICE = 0.6
@@ -116,7 +116,7 @@ class InputAudio:
     def own_voice(self, start: int, end: int) -> bool:
         """Whether input buffer positions [start, end) are the assistant's own voice:
         the raw microphone of their latest second correlates with what was playing
-        then, 0-500 ms earlier (models/speech/echo.py). False without the echo guard."""
+        then, 0-500 ms earlier (models/listening/echo.py). False without the echo guard."""
         if self.echo is None or end <= start:
             return False
         end -= self._echo_base

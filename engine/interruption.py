@@ -7,7 +7,7 @@ flush their playback on it), no barge-in. From `min_speech_ms` on, the snippet
 recognizer hears it, and hears it again every `HEAR_EVERY_MS` of further speech
 (a hearing takes ~50 ms): it qualifies as soon as the recognizer is *sure* of words
 that are not a backchannel, said by one voice (the waveform's kurtosis,
-models/speech/crowd.py: several talkers at once are background talk). Words it is not
+models/listening/crowd.py: several talkers at once are background talk). Words it is not
 sure of (background talk, noise heard as words) qualify only once the held speech has
 lasted `max_backchannel_ms`. Then
 `speech_started` goes out with the true `audio_start_ms` and the barge-in happens.
@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from models.speech.snippets import Hearing
+from models.listening.hearing import Hearing
 
 # Said to mean "go on": never an interruption on their own. Matched on whole words,
 # case and punctuation aside.
@@ -78,7 +78,7 @@ WEAK_WORDS: frozenset[str] = frozenset(
 
 # A hearing of held speech shorter than this is not trusted alone, however sure: it
 # hears a syllable or two. With the default min_speech_ms the first hearing is already
-# this long: since Whisper is prompted with backchannels (models/speech/snippets.py) it
+# this long: since Whisper is prompted with backchannels (models/listening/hearing.py) it
 # hears them as such from there, where unprompted it heard a "right" as a sure "Run."
 # and had to wait for a second hearing (p50 ~480 ms against ~330). Two hearings in a
 # row that share a strong word are trusted at any length, sure or not.
@@ -88,7 +88,7 @@ SURE_ALONE_MS = 200
 HEAR_EVERY_MS = 100
 
 
-# How many voices held speech sounds like, by its kurtosis (models/speech/crowd.py),
+# How many voices held speech sounds like, by its kurtosis (models/listening/crowd.py),
 # chosen on the interruption set replayed offline over seeds 15-24
 # (`python -m bench.turns.crowd`): below CROWD_KURTOSIS it is background talk, whose
 # words count only as unsure words; from there to ONE_VOICE_KURTOSIS it may be, and a
@@ -116,7 +116,7 @@ class InterruptionParams:
 
 class SnippetRecognizer(Protocol):
     """Hears held speech (24 kHz pcm16 in): its transcript ("" when there are no
-    words), None when it cannot tell. models/speech/snippets.py implements it."""
+    words), None when it cannot tell. models/listening/hearing.py implements it."""
 
     async def transcribe(self, pcm: npt.NDArray[np.int16]) -> Hearing | None: ...
 

@@ -57,9 +57,10 @@ class SessionConfig:
     mcp: tuple[McpServer, ...] = ()  # the `type: "mcp"` tools (engine/mcp/rules.py)
     tool_choice: str = "auto"  # auto, none, required, or a function's name
     max_output_tokens: int | Literal["inf"] = "inf"
-    # audio.input.noise_reduction: WebRTC's suppressor before the VAD (models/speech/denoise.py)
+    # audio.input.noise_reduction: WebRTC's suppressor before the VAD
+    # (models/listening/denoise.py)
     noise_reduction: Literal["near_field", "far_field"] | None = None
-    # audio.input.echo_cancellation, Parley's extension (models/speech/echo.py): the
+    # audio.input.echo_cancellation, Parley's extension (models/listening/echo.py): the
     # own-voice guard, and with `cancel_input` AEC3 on the input as well, with what
     # was sent as the far end; never echoed in session.updated.
     echo_cancellation: bool = False

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from models.cascade.llm import bundled_gguf
 from models.errors import ModelMissing
-from models.speech.asr import base_dir, tiny_en_dir
+from models.listening.smart_turn import bundled_smart_turn
 from models.speech.files import ModelInfo, dir_size, package_dir
 from models.speech.tts import bundled_voice
-from models.turn.smart_turn import bundled_smart_turn
+from models.speech.whisper_files import base_dir, tiny_en_dir
 
 
 def _package_info(

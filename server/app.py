@@ -21,12 +21,13 @@ from fastapi.staticfiles import StaticFiles
 
 from engine.mcp.client import StreamableHttpMcp
 from engine.observer import Observer
-from engine.vad import SileroOnnxBackend, VadBackend, WebRtcVadBackend
-from engine.vad_batch import VadBatcher
+from engine.vad import VadBackend
 from models.base import Executor
+from models.listening.hearing import WhisperHearing
+from models.listening.smart_turn import load_smart_turn
+from models.listening.vad import SileroOnnxBackend, WebRtcVadBackend
+from models.listening.vad_batch import VadBatcher
 from models.scripted import ScriptedExecutor, read_speech
-from models.speech.snippets import WhisperSnippets
-from models.turn.smart_turn import load_smart_turn
 from server.auth import (
     MAX_BODY_BYTES,
     ApiError,
@@ -123,7 +124,7 @@ def make_hosted_executor(settings: Settings) -> Executor:
 
 def make_vad_backend(settings: Settings) -> VadBackend:
     # One per server, shared by all sessions: Silero loads its model here, once, and
-    # scores every session's frames in batches off the event loop (engine/vad_batch.py).
+    # scores every session's frames in batches off the event loop (models/listening/vad_batch.py).
     if settings.vad_backend == "silero":
         return VadBatcher(SileroOnnxBackend())
     return WebRtcVadBackend()
@@ -146,7 +147,7 @@ def create_app(
     end_of_turn = load_smart_turn()
     # Hears speech held while the assistant talks (turn_detection.interruption, on by
     # default); its model loads in the background once the server starts.
-    snippets = WhisperSnippets(settings.hearing_model)
+    hearing = WhisperHearing(settings.hearing_model)
     # Reaches the MCP servers a session names (`type: "mcp"` tools), for every session.
     mcp_client = StreamableHttpMcp()
     install_redaction()  # no audio or key in the WebSocket library's debug lines
@@ -162,7 +163,7 @@ def create_app(
         if warning := exposure_warning(settings.host, settings.api_keys):
             log.warning(warning)
         await model_executor.start()  # vLLM's engine starts here (in the loop)
-        snippets.prepare()
+        hearing.prepare()
         probe = None
         if metrics is not None:
             clock = asyncio.get_running_loop().time
@@ -181,7 +182,7 @@ def create_app(
                 vad.close()
             if end_of_turn is not None:
                 end_of_turn.close()
-            snippets.close()
+            hearing.close()
             if owned:
                 await model_executor.aclose()
 
@@ -197,7 +198,7 @@ def create_app(
         keys,
         observers,
         end_of_turn=end_of_turn,
-        snippets=snippets,
+        hearing=hearing,
         mcp_client=mcp_client,
     )
     calls = CallsEndpoint(endpoint)  # WebRTC calls: sessions of the same endpoint

@@ -192,7 +192,7 @@ def freeze_startup_heap() -> None:
 
 # How long a thread that holds the GIL keeps it while another thread waits for it.
 # Python's default is 5 ms. The event loop holds the GIL nearly all the time, so
-# Silero's batch thread (engine/vad_batch.py) waited up to 5 ms to hand over each
+# Silero's batch thread (models/listening/vad_batch.py) waited up to 5 ms to hand over each
 # round's frames and again for its scores, and every session waiting on that round
 # waited too. At 0.5 ms, bench/load/ measured (3 pairs of runs back to back, Parley
 # with Silero, 2 cores) p99 turn-end latency at 100 sessions of 12-30 ms instead of

@@ -117,7 +117,7 @@ class RealtimeEndpoint:
         keys: KeyStore,
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
-        snippets: SnippetRecognizer | None = None,
+        hearing: SnippetRecognizer | None = None,
         mcp_client: McpClient | None = None,
     ) -> None:
         self.settings = settings
@@ -125,7 +125,7 @@ class RealtimeEndpoint:
         # semantic_vad's end-of-turn model, shared by the process's sessions (None:
         # its turns end on fixed silence).
         self.end_of_turn = end_of_turn
-        self.snippets = snippets
+        self.hearing = hearing
         self.mcp_client = mcp_client  # reaches the MCP servers sessions name (None: none)
         self.executor = executor
         self.vad = vad
@@ -248,7 +248,7 @@ class RealtimeEndpoint:
             preset=preset,
             observer=self.observer,
             end_of_turn=self.end_of_turn,
-            snippets=self.snippets,
+            snippets=self.hearing,
             mcp_client=self.mcp_client,
         )
 

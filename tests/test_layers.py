@@ -25,6 +25,16 @@ class Rule:
     why: str
 
 
+# The executors: what runs a model for a session's responses.
+EXECUTORS = (
+    "models.cascade",
+    "models.vllm_engine",
+    "models.openai_compat",
+    "models.scripted",
+    "models.text_then_speech",
+    "models.hosted",
+)
+
 RULES = (
     Rule(
         "engine.protocol",
@@ -38,12 +48,33 @@ RULES = (
         ("models.cascade", "models.vllm_engine", "models.openai_compat", "models.scripted"),
         "speech stages are shared by every executor, so they belong to none",
     ),
+    Rule("models.speech", ("models.listening",), "the executors' stages do not listen"),
+    *(
+        Rule(executor, ("models.listening",), "what hears the microphone is the engine's")
+        for executor in EXECUTORS
+    ),
+    Rule(
+        "models.listening",
+        ("models",),
+        "what listens needs no executor nor a stage that speaks, only the shared helpers",
+    ),
     Rule("server", ("bench", "tests"), "the shipped server needs no source checkout"),
     Rule("bench", ("tests",), "benchmarks share fixtures through bench/, never tests/"),
 )
 
-# `engine.protocol` is inside `engine`: its own imports are allowed.
-ALLOWED_WITHIN = {"engine.protocol": ("engine.protocol",)}
+# `engine.protocol` is inside `engine`: its own imports are allowed. What listens may
+# import itself, the executor interface and the helpers both sides share.
+ALLOWED_WITHIN = {
+    "engine.protocol": ("engine.protocol",),
+    "models.listening": (
+        "models.listening",
+        "models.base",
+        "models.errors",
+        "models.speech.audio",
+        "models.speech.files",
+        "models.speech.whisper_files",
+    ),
+}
 
 
 def _under(module: str, package: str) -> bool:
@@ -116,6 +147,46 @@ CASES = [
     ("engine/protocol/parse.py", "from .errors import ProtocolError\n", None),
     ("models/cascade/pipeline.py", "from models.speech.tts import Synthesizer\n", None),
     ("tests/test_x.py", "from bench.speech import load_wav\nfrom server import app\n", None),
+    (
+        "models/listening/hearing.py",
+        "from models.speech.tts import Synthesizer\n",
+        "models.listening.hearing → models.speech.tts",
+    ),
+    (
+        "models/listening/echo.py",
+        "from models.cascade import pipeline\n",
+        "models.listening.echo → models.cascade",
+    ),
+    (
+        "models/listening/vad.py",
+        "from models.scripted import ScriptedExecutor\n",
+        "models.listening.vad → models.scripted",
+    ),
+    (
+        "models/text_then_speech.py",
+        "from models.listening.echo import FarEnd\n",
+        "models.text_then_speech → models.listening",
+    ),
+    (
+        "models/cascade/pipeline.py",
+        "def f():\n    from models.listening import hearing\n",
+        "models.cascade.pipeline → models.listening",
+    ),
+    (
+        "models/speech/asr.py",
+        "from models.listening.hearing import Hearing\n",
+        "models.speech.asr → models.listening",
+    ),
+    (
+        "models/listening/hearing.py",
+        "from models.base import PCM_RATE\nfrom models.errors import ModelMissing\n"
+        "from models.speech.audio import resample_int16\n"
+        "from models.speech.files import cache_dir\n"
+        "from models.speech.whisper_files import WHISPER_RATE\nfrom .frame_stage import RATE\n",
+        None,
+    ),
+    ("engine/session.py", "from models.listening.echo import FarEnd\n", None),
+    ("server/app.py", "from models.listening.hearing import WhisperHearing\n", None),
 ]
 
 

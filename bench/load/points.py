@@ -10,7 +10,7 @@ from bench.load.stats import Dist, dist
 P99_LIMIT_MS = 50.0
 SLIP_LIMIT_MS = 20.0
 # semantic_vad: p99 of the end-of-turn model's calls, queue included. Alone a call
-# takes ~100-250 ms on one core (models/turn/smart_turn.py); over this the calls
+# takes ~100-250 ms on one core (models/listening/smart_turn.py); over this the calls
 # wait behind other sessions' more than they run, and every turn ends that much later.
 SCORE_P99_LIMIT_MS = 500.0
 

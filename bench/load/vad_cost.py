@@ -13,8 +13,9 @@ from bench.floors import _Audio
 from bench.load.clips import Clip
 from bench.speech import PCM_RATE
 from bench.vad_backends import BACKENDS
-from engine.vad import SileroOnnxBackend, VadBackend, VadStream
-from engine.vad_batch import VadBatcher
+from engine.vad import VadBackend, VadStream
+from models.listening.vad import SileroOnnxBackend
+from models.listening.vad_batch import VadBatcher
 
 BATCHED_SESSIONS = 32  # streams sharing the VadBatcher in the VAD cost figure
 

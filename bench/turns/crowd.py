@@ -4,7 +4,7 @@ Run from the repository root:  .venv/bin/python -m bench.turns.crowd
 
 Held speech qualifies as an interruption on words the recognizer hears, counted by how
 many voices it sounds like (engine/interruption.py: `voices_of` on the kurtosis of
-models/speech/crowd.py, then `counted`). Two thresholds set that: below
+models/listening/crowd.py, then `counted`). Two thresholds set that: below
 `crowd_kurtosis` it is background talk, whose words never count; below
 `one_voice_kurtosis` a single sure hearing is not enough. This tool chooses them on
 more than the two babble bursts one seed of `make eval-turns` has: per seed
@@ -13,7 +13,7 @@ each other, as loud as the user) and ten interrupting sentences, plus those sent
 at 10 and 5 dB SNR under the turn set's noise bed (babble and pink noise: a user in a
 noisy room).
 
-Each item is heard as the session hears held speech: Whisper (models/speech/snippets.py)
+Each item is heard as the session hears held speech: Whisper (models/listening/hearing.py)
 on its speech so far, with 300 ms of silence before it (the prefix padding), from
 200 ms of speech on, every 100 ms, and once more whole at its end. Hearings are cached
 on disk (`crowd-hearings.json` in the set's cache dir). Then every threshold pair of
@@ -51,8 +51,8 @@ from engine.input_buffer import InputBuffer
 from engine.interruption import HEAR_EVERY_MS, InterruptionParams
 from engine.turns import SpeechStopped
 from models.base import PCM_RATE
-from models.speech.crowd import kurtosis
-from models.speech.snippets import PROMPT, Hearing
+from models.listening.crowd import kurtosis
+from models.listening.hearing import PROMPT, Hearing
 
 ROOT = Path(__file__).resolve().parents[2]
 HEARING_CACHE = CACHE_DIR / "crowd-hearings.json"
@@ -258,9 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     except EspeakMissing as missing:
         print(missing, file=sys.stderr)
         return 1
-    from models.speech.snippets import WhisperSnippets
+    from models.listening.hearing import WhisperHearing
 
-    recognizer = WhisperSnippets(args.model, threads=2, parallel=1)
+    recognizer = WhisperHearing(args.model, threads=2, parallel=1)
     hearings = Hearings(recognizer.hear, None if args.no_cache else HEARING_CACHE, args.model)
     replays = [replay_of(it.pcm, hearings.of(it.pcm)) for it in items]
     hearings.save()

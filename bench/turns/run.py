@@ -57,7 +57,7 @@ def all_modes() -> list[Mode]:
         mode = next(m for m in modes if m.name == base)
         detection = {**mode.turn_detection, "interruption": None}
         modes.append(Mode(f"{base}+instant", mode.backend, detection, mode.trail_ms))
-    # The echo guard (models/speech/echo.py): also only for the interruption scenarios;
+    # The echo guard (models/listening/echo.py): also only for the interruption scenarios;
     # "+aec3" also cancels the echo in the input with WebRTC's AEC3.
     for base in ("server_vad/silero", "server_vad/silero+qualified"):
         mode = next(m for m in modes if m.name == base)

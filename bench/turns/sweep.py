@@ -50,7 +50,7 @@ from engine.semantic_turns import (
     curve_for,
 )
 from engine.turns import ServerVadParams, TurnDetector
-from engine.vad import SileroOnnxBackend
+from models.listening.vad import SileroOnnxBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 SCORE_CACHE = CACHE_DIR / "smart-turn-v3.2-scores.json"
@@ -233,7 +233,7 @@ def sweep(
 
 def smart_turn() -> Model | None:
     """Smart Turn v3.2 as a plain function (it is async for the server's loop)."""
-    from models.turn.smart_turn import load_smart_turn
+    from models.listening.smart_turn import load_smart_turn
 
     model = load_smart_turn()
     if model is None:

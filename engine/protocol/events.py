@@ -100,7 +100,7 @@ class NoiseReductionIn(_Loose):
 
 
 class EchoCancellationIn(_Loose):
-    """Parley's extension of audio.input (models/speech/echo.py): speech heard while
+    """Parley's extension of audio.input (models/listening/echo.py): speech heard while
     the assistant talks is checked against what was sent, and the assistant's own
     voice never interrupts; `cancel_input` also runs WebRTC's AEC3 on the input."""
 

@@ -13,9 +13,10 @@ import numpy as np
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.text import ChatMessage
-from models.speech.asr import WHISPER_RATE, WhisperRecognizer
+from models.speech.asr import WhisperRecognizer
 from models.speech.tts import PiperSynthesizer, Synthesizer
 from models.speech.voice import VoiceOptions, make_synthesizer
+from models.speech.whisper_files import WHISPER_RATE
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from bench.turns.synth import INSTALL_HINT, speak
 from bench.vad_backends import speech_extent_ms
 from engine.semantic_turns import SemanticTurnDetector, SemanticVadParams, TurnCurve
 from engine.turns import ServerVadParams, TurnDetector
-from engine.vad import SileroOnnxBackend
 from models.base import PCM_RATE
+from models.listening.vad import SileroOnnxBackend
 
 TRAIL_MS = SEMANTIC_MAX_WAIT_MS["auto"] + SEMANTIC_MARGIN_MS
 PAUSE_MS = 800

@@ -15,9 +15,9 @@ import pytest
 
 from bench.speech import load_wav
 from engine.emitter import Outbox, OutEvent
-from engine.vad import SileroOnnxBackend
+from models.listening.echo import FarEnd, wall_index
+from models.listening.vad import SileroOnnxBackend
 from models.scripted import ScriptedExecutor
-from models.speech.echo import FarEnd, wall_index
 from tests.support.harness import Harness
 
 STEP = 480  # 20 ms appends

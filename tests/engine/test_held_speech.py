@@ -14,11 +14,11 @@ import pytest
 
 from bench.speech import load_wav, silence
 from bench.turns.scenarios import make_scenarios
-from engine.vad import SileroOnnxBackend
+from models.listening.vad import SileroOnnxBackend
 from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
+from tests.support.fake_hearing import FakeHearing as FakeSnippets
 from tests.support.harness import Harness
-from tests.support.snippets import FakeSnippets
 
 
 def update(**interruption: Any) -> dict[str, Any]:

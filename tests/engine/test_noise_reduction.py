@@ -9,7 +9,7 @@ import numpy.typing as npt
 from bench.speech import load_wav, silence
 from engine.protocol import SessionIn, normalize_session
 from engine.session import Session
-from engine.vad import SileroOnnxBackend, WebRtcVadBackend
+from models.listening.vad import SileroOnnxBackend, WebRtcVadBackend
 from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
 from tests.support.harness import Harness

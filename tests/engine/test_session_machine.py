@@ -365,14 +365,14 @@ class SessionMachine(RuleBasedStateMachine):
 
     # --- held speech (engine/interruption.py) ------------------------------------------
 
-    @precondition(lambda self: not self.client.ended and bool(self.client.snippets.pending()))
+    @precondition(lambda self: not self.client.ended and bool(self.client.hearing.pending()))
     @rule(text=st.sampled_from(["Mm-hm.", "okay", "Wait, stop.", "", None]), sure=st.booleans())
     def hear_held_speech(self, text: str | None, sure: bool) -> None:
-        """The snippet recognizer answers: a backchannel, words it is sure of or not,
+        """The hearing recognizer answers: a backchannel, words it is sure of or not,
         nothing, or a failure."""
 
         async def answer() -> None:
-            self.client.snippets.answer(text, sure=sure)
+            self.client.hearing.answer(text, sure=sure)
 
         self.client.step(answer())
         self._seen.add(f"held speech heard as {text!r}{'' if sure else ' (unsure)'}")

@@ -19,7 +19,8 @@ from engine.turns import (
     padded_start,
     silence_level,
 )
-from engine.vad import FrameScore, VadStream, WebRtcVadBackend
+from engine.vad import FrameScore, VadStream
+from models.listening.vad import WebRtcVadBackend
 
 DEFAULTS = ServerVadParams()
 S, Q = 1.0, 0.0  # speech, quiet

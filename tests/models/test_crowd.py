@@ -1,4 +1,4 @@
-"""One voice or several (models/speech/crowd.py): the kurtosis of real speech, of the
+"""One voice or several (models/listening/crowd.py): the kurtosis of real speech, of the
 interruption set's babble, and of signals whose kurtosis is known."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from bench.turns.scenarios import make_scenarios
 from bench.vad_backends import speech_extent_ms
 from engine.interruption import CROWD_KURTOSIS, ONE_VOICE_KURTOSIS
 from models.base import PCM_RATE
-from models.speech.crowd import kurtosis
+from models.listening.crowd import kurtosis
 
 
 def test_known_signals() -> None:

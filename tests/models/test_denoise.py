@@ -8,7 +8,7 @@ import numpy.typing as npt
 import pytest
 
 from bench.speech import load_wav, silence
-from models.speech.denoise import Denoiser
+from models.listening.denoise import Denoiser
 
 CHUNK = 480  # 20 ms at 24 kHz, as a client appends
 

@@ -1,4 +1,4 @@
-"""The echo guard's pieces (models/speech/echo.py): the far end's playout timeline
+"""The echo guard's pieces (models/listening/echo.py): the far end's playout timeline
 by the send clock, and the own-voice score."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy.typing as npt
 import soxr
 
 from bench.speech import load_wav
-from models.speech.echo import FarEnd, own_voice_score, wall_index
-from models.speech.frame_stage import RATE
+from models.listening.echo import FarEnd, own_voice_score, wall_index
+from models.listening.frame_stage import RATE
 
 
 class FakeClock:

@@ -18,8 +18,8 @@ import pytest
 
 from models.errors import ModelMissing
 from models.inventory import installed_models
-from models.turn import smart_turn
-from models.turn.smart_turn import (
+from models.listening import smart_turn
+from models.listening.smart_turn import (
     REFERENCE_THRESHOLD,
     SmartTurnModel,
     bundled_smart_turn,

@@ -11,7 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.turn.features import FRAMES, N_MELS, WINDOW_SAMPLES, features, last_window, log_mel
+from models.listening.turn_features import (
+    FRAMES,
+    N_MELS,
+    WINDOW_SAMPLES,
+    features,
+    last_window,
+    log_mel,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "turn_features.npz"
 

@@ -21,8 +21,9 @@ from engine.mcp.client import McpClient
 from engine.observer import Observer
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
-from engine.vad import VadBackend, WebRtcVadBackend
+from engine.vad import VadBackend
 from models.base import Executor
+from models.listening.vad import WebRtcVadBackend
 from models.scripted import ScriptedExecutor
 from tests.support.sdk_check import assert_sdk_event
 

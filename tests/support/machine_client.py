@@ -17,11 +17,11 @@ from typing import Any
 from engine.limits import EngineLimits
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
-from engine.vad import WebRtcVadBackend
+from models.listening.vad import WebRtcVadBackend
 from tests.support.controlled_executor import ControlledExecutor
+from tests.support.fake_hearing import FakeHearing
 from tests.support.protocol_invariants import EventLedger
 from tests.support.sdk_check import assert_sdk_event
-from tests.support.snippets import FakeSnippets
 
 MAX_BYTES = 16 * 1024 * 1024
 MAX_LOOP_TURNS = 200_000  # a session still busy after this many is livelocked
@@ -32,9 +32,9 @@ class MachineClient:
     def __init__(self, loop: asyncio.AbstractEventLoop, limits: EngineLimits) -> None:
         self.loop = loop
         self.executor = ControlledExecutor()
-        self.snippets = FakeSnippets()  # hears held speech when a rule says so
+        self.hearing = FakeHearing()  # hears held speech when a rule says so
         self.session = Session(
-            self.executor, WebRtcVadBackend(), model="test", limits=limits, snippets=self.snippets
+            self.executor, WebRtcVadBackend(), model="test", limits=limits, snippets=self.hearing
         )
         self.ledger = EventLedger()
         self.events: list[dict[str, Any]] = []

@@ -1,4 +1,4 @@
-"""A snippet recognizer (engine/interruption.py) whose answers the test gives."""
+"""A hearing recognizer (engine/interruption.py) whose answers the test gives."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import asyncio
 import numpy as np
 import numpy.typing as npt
 
-from models.speech.snippets import Hearing
+from models.listening.hearing import Hearing
 
 
-class FakeSnippets:
+class FakeHearing:
     """Each hearing waits on a future the test resolves."""
 
     def __init__(self) -> None:

@@ -4,7 +4,7 @@ suppressor (`pywebrtc-audio`, Apache-2.0), as OpenAI's `audio.input.noise_reduct
 The suppressor runs at 16 kHz (the band the recognizers and the VAD use) on 10 ms
 frames; the session's audio is 24 kHz, so each chunk is resampled down, suppressed
 frame by frame (a partial frame waits for the next chunk) and resampled back, all as
-streams (models/speech/frame_stage.py), and the suppressor's own 6 ms delay is cut
+streams (models/listening/frame_stage.py), and the suppressor's own 6 ms delay is cut
 from the start: sample k out is
 sample k in, about 40 ms later. Above 8 kHz the output is empty. Measured on 2 cores:
 ~3 ms of CPU per second of audio, white noise down by ~14 dB.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Literal
 
 from models.errors import ModelMissing
-from models.speech.frame_stage import RATE, FrameStage, Pcm16
+from models.listening.frame_stage import RATE, FrameStage, Pcm16
 
 NoiseReduction = Literal["near_field", "far_field"]
 # The suppressor's own delay: its 256-point analysis window over 160-sample frames.

@@ -1,10 +1,10 @@
-"""Hears held speech for qualified interruption (engine/interruption.py): Whisper
-tiny.en on CTranslate2, called directly rather than through faster-whisper's
-`transcribe`, for two reasons measured on 2 cores:
+"""The hearing recognizer: hears held speech for qualified interruption
+(engine/interruption.py) with Whisper tiny.en on CTranslate2, called directly rather
+than through faster-whisper's `transcribe`, for two reasons measured on 2 cores:
 
 - Speed. `transcribe` pads every input to Whisper's 30 s window, and the encoder
-  over 30 s takes ~450 ms on one thread; over a 5 s window it takes ~25 ms. A held
-  snippet is a second or two, so it is heard in a window of at least 5 s (the
+  over 30 s takes ~450 ms on one thread; over a 5 s window it takes ~25 ms. Held
+  speech is a second or two, so it is heard in a window of at least 5 s (the
   shortest that kept tiny's transcripts as good as the 30 s window's on the
   interruption set; shorter windows made it repeat and invent words): ~50 ms a
   hearing, so held speech can be heard again every 100 ms as it grows.
@@ -34,7 +34,7 @@ import numpy.typing as npt
 import soxr
 
 from models.base import PCM_RATE
-from models.speech.asr import WHISPER_RATE, resolve_whisper
+from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 PROMPT = "Mm-hmm. Uh-huh. Yeah. Okay. Right."
 MIN_WINDOW_S = 5
 MAX_WINDOW_S = 30  # Whisper's own; longer held speech is heard by its last 30 s
-MAX_TOKENS = 24  # a snippet is a few words; a runaway transcript stops here
+MAX_TOKENS = 24  # held speech is a few words; a runaway transcript stops here
 # Sure of its words: chosen on the interruption set of `make eval-turns` (replayed
 # offline, every 100 ms of each item): the loosest pair with no backchannel, babble
 # or noise burst heard as sure words; every interrupting sentence was, by 650 ms
@@ -67,7 +67,7 @@ class Hearing:
 
 
 def window_s(samples_16k: int) -> int:
-    """The window a snippet is heard in: whole seconds, at least MIN_WINDOW_S, with
+    """The window held speech is heard in: whole seconds, at least MIN_WINDOW_S, with
     half a second of silence after the speech."""
     return max(MIN_WINDOW_S, min(MAX_WINDOW_S, math.ceil(samples_16k / WHISPER_RATE + 0.5)))
 
@@ -128,8 +128,9 @@ class _Whisper:
         return hearing_of(text, result.scores[0], result.no_speech_prob)
 
 
-class WhisperSnippets:
-    """`SnippetRecognizer` (structurally: models do not import engine)."""
+class WhisperHearing:
+    """The hearing recognizer: `SnippetRecognizer` of engine/interruption.py
+    (structurally: models do not import engine)."""
 
     def __init__(self, model: str = "tiny.en", threads: int = 1, parallel: int = 2) -> None:
         self._model_name = model
@@ -137,7 +138,7 @@ class WhisperSnippets:
         self._parallel = parallel
         self._whisper: _Whisper | None = None
         self._lock = threading.Lock()
-        self._thread = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="snippets")
+        self._thread = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="hearing")
         self._warned = False
 
     def prepare(self) -> Future[_Whisper]:
@@ -152,7 +153,7 @@ class WhisperSnippets:
             return self._whisper
 
     def hear(self, pcm: npt.NDArray[np.int16]) -> Hearing:
-        """What the snippet says, heard on this thread (`transcribe` is the session's)."""
+        """What held speech says, heard on this thread (`transcribe` is the session's)."""
         whisper = self._load()
         audio = soxr.resample(pcm.astype(np.float32) / 32768.0, PCM_RATE, WHISPER_RATE)
         if len(audio) < WHISPER_RATE // 10:
@@ -160,7 +161,7 @@ class WhisperSnippets:
         return whisper.hear(audio.astype(np.float32))
 
     async def transcribe(self, pcm: npt.NDArray[np.int16]) -> Hearing | None:
-        """What the snippet says ("" for no words); None when it cannot be heard (the
+        """What held speech says ("" for no words); None when it cannot be heard (the
         session then lets the speech interrupt rather than swallow it)."""
         loop = asyncio.get_running_loop()
         try:

@@ -1,4 +1,4 @@
-"""Held speech heard by Whisper (models/speech/snippets.py), spoken by espeak-ng: what
+"""Held speech heard by Whisper (models/listening/hearing.py), spoken by espeak-ng: what
 the session then makes of it (engine/interruption.py), and the hearing window."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ import pytest
 from bench.speech import silence
 from bench.turns.synth import speak
 from engine.interruption import DEFAULT_BACKCHANNELS, Heard, heard_of
-from models.speech.snippets import (
+from models.listening.hearing import (
     MAX_WINDOW_S,
     MIN_WINDOW_S,
     Hearing,
-    WhisperSnippets,
+    WhisperHearing,
     hearing_of,
     window_s,
 )
 
 
 @pytest.fixture(scope="module")
-def snippets() -> WhisperSnippets:
-    return WhisperSnippets()
+def recognizer() -> WhisperHearing:
+    return WhisperHearing()
 
 
 @pytest.mark.parametrize(
@@ -35,30 +35,30 @@ def snippets() -> WhisperSnippets:
     ],
 )
 async def test_what_held_speech_is_heard_as(
-    snippets: WhisperSnippets, said: str, heard: Heard
+    recognizer: WhisperHearing, said: str, heard: Heard
 ) -> None:
     pcm = np.concatenate([silence(200), speak(said, "en-us", 160), silence(300)])
-    hearing = await snippets.transcribe(pcm)
+    hearing = await recognizer.transcribe(pcm)
     assert hearing is not None
     assert heard_of(hearing.text, DEFAULT_BACKCHANNELS, sure=hearing.sure) is heard, hearing
 
 
-async def test_silence_is_no_words(snippets: WhisperSnippets) -> None:
-    hearing = await snippets.transcribe(silence(800))
+async def test_silence_is_no_words(recognizer: WhisperHearing) -> None:
+    hearing = await recognizer.transcribe(silence(800))
     assert hearing is not None and hearing.text == ""
 
 
 async def test_speech_over_the_shortest_window_is_heard_in_a_longer_one(
-    snippets: WhisperSnippets,
+    recognizer: WhisperHearing,
 ) -> None:
     # Words that start past the shortest window: heard only if the window grows.
     said = "Sorry, can you say that again?"
     pcm = np.concatenate([silence(MIN_WINDOW_S * 1000), speak(said, "en-us", 160), silence(300)])
-    hearing = await snippets.transcribe(pcm)
+    hearing = await recognizer.transcribe(pcm)
     assert hearing is not None and "can you say" in hearing.text.lower(), hearing
 
 
-def test_the_window_grows_with_the_snippet_within_whispers() -> None:
+def test_the_window_grows_with_held_speech_within_whispers() -> None:
     assert window_s(16_000) == MIN_WINDOW_S
     assert window_s(16_000 * 6) == 7  # and half a second of silence after it
     assert window_s(16_000 * 60) == MAX_WINDOW_S
@@ -72,7 +72,7 @@ def test_what_whisper_is_sure_of() -> None:
 
 
 def test_prepare_loads_the_model_in_the_background() -> None:
-    fresh = WhisperSnippets()
+    fresh = WhisperHearing()
     try:
         loading = fresh.prepare()  # returns at once; the load runs on a hearing thread
         assert loading.result(timeout=60) is fresh._whisper is not None

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.errors import ModelMissing
-from models.turn.features import features
+from models.listening.turn_features import features
 
 log = logging.getLogger(__name__)
 

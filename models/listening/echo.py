@@ -10,11 +10,11 @@ Parley's `audio.input.echo_cancellation` extension.
 - `EchoCanceller`: keeps the raw microphone by wall time (an append covers the wall
   interval that ends at its arrival) and, with `cancel` (`cancel_input`), runs WebRTC's
   AEC3 (`pywebrtc-audio`) on it, each 10 ms frame paired with the far end playing when
-  it was heard. Like models/speech/denoise.py it runs at 16 kHz
-  (models/speech/frame_stage.py): resampled as streams, AEC3's own 8 ms delay cut,
+  it was heard. Like models/listening/denoise.py it runs at 16 kHz
+  (models/listening/frame_stage.py): resampled as streams, AEC3's own 8 ms delay cut,
   sample k out is sample k in. AEC3 takes the user for echo while it has no echo path
   learnt, so it is not the default (docs/turn-taking.md).
-- `own_voice_score`: how much a snippet of the microphone is the recently played far
+- `own_voice_score`: how much a stretch of the microphone is the recently played far
   end (correlation of band-energy envelopes over lags 0-500 ms), for the held-speech
   check.
 
@@ -38,7 +38,7 @@ import soxr
 
 from models.base import PCM_RATE
 from models.errors import ModelMissing
-from models.speech.frame_stage import RATE, Floats, FrameStage, Pcm16, pcm16
+from models.listening.frame_stage import RATE, Floats, FrameStage, Pcm16, pcm16
 
 # AEC3's own delay at 16 kHz (measured: its output is its input 128 samples late).
 DELAY = 128

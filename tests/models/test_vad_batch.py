@@ -16,8 +16,9 @@ import pytest
 
 from bench.speech import load_wav, silence
 from engine.session import Session
-from engine.vad import Pcm16, SileroOnnxBackend, VadStream
-from engine.vad_batch import VadBatcher
+from engine.vad import Pcm16, VadStream
+from models.listening.vad import SileroOnnxBackend
+from models.listening.vad_batch import VadBatcher
 from models.scripted import ScriptedExecutor
 from tests.support.harness import Harness
 

@@ -25,13 +25,21 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.vad import Pcm16, VadBackend
+from models.listening.vad import Pcm16
 
 log = logging.getLogger(__name__)
 
 
-class BatchScoringBackend(VadBackend, Protocol):
-    """What a `VadBatcher` needs of its backend: many streams scored in one call."""
+class BatchScoringBackend(Protocol):
+    """What a `VadBatcher` needs of its backend: the engine's `VadBackend`
+    (engine/vad.py), and many streams scored in one call."""
+
+    @property
+    def frame_ms(self) -> int: ...
+
+    def new_state(self) -> object: ...
+
+    def score(self, state: object, frame: Pcm16) -> float: ...
 
     def score_batch(self, states: Sequence[object], frames: Pcm16) -> list[float]:
         """Scores row i of `frames` ([n, samples]) with `states[i]`, updating it."""
@@ -59,7 +67,8 @@ def _settle(done: list[tuple[_Request, BaseException | None]]) -> None:
 
 
 class VadBatcher:
-    """A `VadBackend` whose `score_frames` batches across sessions (see module doc).
+    """A `VadBackend` whose `score_frames` batches across sessions (see module doc):
+    the engine's `OffLoopScorer` (engine/vad.py).
 
     `score` still scores one frame inline, for callers that want no thread.
     """

@@ -1,1 +1,0 @@
-"""End-of-turn detection: the Smart Turn v3.2 model and its Whisper log-mel features."""
