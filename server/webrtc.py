@@ -30,7 +30,7 @@ from aiortc.rtcdatachannel import RTCDataChannel
 from aiortc.rtcrtpreceiver import RTCRtpReceiver
 from openai.types.realtime import RealtimeErrorEvent
 
-from engine.emitter import OutEvent, build
+from engine.emitter import Flush, OutEvent, build
 from engine.protocol import (
     ClientEvent,
     InputAudioBufferAppend,
@@ -215,15 +215,12 @@ class Call:
                 await self._send(event)
 
     def _steer_playout(self, event: OutEvent) -> None:
-        if event.type == "input_audio_buffer.speech_started":
-            params = self.session.config.turn_detection
-            if params is not None and params.interrupt_response:
-                self.playout.clear()  # barge-in: silent at once, the item truncated
+        if event.flush is Flush.ALL:  # the session decided: speech interrupts the answer
+            self.playout.clear()  # barge-in: silent at once, the item truncated
         elif event.type == "output_audio_buffer.cleared":
             self.playout.clear(announce=False)  # the client's clear; its event is this
-        elif event.type == "response.done":
-            response_id = json.loads(event.text)["response"]["id"]
-            self.playout.finish(response_id)
+        elif event.type == "response.done" and event.response_id is not None:
+            self.playout.finish(event.response_id)
 
     async def _send(self, event: OutEvent) -> None:
         deadline = self.settings.write_timeout_s
