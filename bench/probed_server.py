@@ -155,11 +155,11 @@ def as_json(value: object) -> Any:
 
 
 def add_executor_route(app: FastAPI) -> None:
-    endpoint = app.state.endpoint
+    hub = app.state.hub
 
     @app.get("/bench/executor")
     async def executor_stats(items: str = "") -> dict[str, Any]:
-        executor = endpoint.executor
+        executor = hub.executor
         transcript = getattr(executor, "transcript", None)
         ids = [i for i in items.split(",") if i]
         return {
@@ -168,7 +168,7 @@ def add_executor_route(app: FastAPI) -> None:
             "transcripts": {i: transcript(i) for i in ids} if callable(transcript) else {},
             # Speculative transcription, where the executor keeps such counts.
             "speculation": as_json(getattr(executor, "speculation", None)),
-            "end_of_turn": endpoint.end_of_turn is not None,
+            "end_of_turn": hub.end_of_turn is not None,
         }
 
 
@@ -187,9 +187,9 @@ def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
         log_level="warning",
     )
     app = create_app(settings, observer=ProbeObserver(probes))
-    endpoint = app.state.endpoint
-    if endpoint.end_of_turn is not None:  # sessions take it from the endpoint as they open
-        endpoint.end_of_turn = TimedEndOfTurn(endpoint.end_of_turn, probes)
+    hub = app.state.hub
+    if hub.end_of_turn is not None:  # sessions take it from the hub as they open
+        hub.end_of_turn = TimedEndOfTurn(hub.end_of_turn, probes)
     add_stats_route(app, probes)
     add_executor_route(app)
     # The options `parley serve` runs with (server/cli.py's uvicorn_config).

@@ -21,11 +21,13 @@ is dropped before the wire, however deep the queue was.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar, get_args
 
 import numpy as np
@@ -41,6 +43,17 @@ class OutboxOverflow(Exception):
     """The client stopped reading: even the control reserve is full."""
 
 
+class Flush(Enum):
+    """Where playback of the answer is flushed (`OutEvent.flush`): at speech_started,
+    marked by the session that decides the barge-in, so no transport re-decides it.
+    Two kinds, as the players differ: a client that plays the audio itself flushes
+    at every speech_started (the echo guard's far end is cut there), the server's
+    own playout (a WebRTC call) only when the speech interrupts the answer."""
+
+    CLIENT = "client"  # interrupt_response is off: the server's playout plays on
+    ALL = "all"  # the speech interrupts the answer: every playout goes silent
+
+
 @dataclass(frozen=True)
 class OutEvent:
     text: str
@@ -50,7 +63,8 @@ class OutEvent:
     item_id: str | None = None  # for audio deltas: the item whose audio is counted
     samples: int = 0  # audio samples this event carries
     pcm: npt.NDArray[np.int16] | None = None  # its 24 kHz audio, for the echo guard's far end
-    response_id: str | None = None  # for output: the response it belongs to
+    response_id: str | None = None  # the response it belongs to (or carries: response.done)
+    flush: Flush | None = None  # playback is flushed here (speech_started)
 
 
 class Ids:
@@ -181,7 +195,7 @@ class Outbox:
             if self.far_end is not None:
                 if event.pcm is not None:
                     self.far_end.sent(event.pcm)
-                elif event.type == "input_audio_buffer.speech_started":
+                elif event.flush is not None:
                     self.far_end.cut()  # the client flushes its playback on it
             if event.item_id is not None:
                 sent = self.sent_samples.get(event.item_id)
@@ -194,6 +208,15 @@ class Outbox:
         self._closed = True
         self._readable.set()
         self._writable.set()
+
+
+def _response_of(event: SdkModel) -> str | None:
+    """The response a control event belongs to: its `response_id`, or the id of the
+    response it carries (`response.created`, `response.done`), so that a transport
+    reads it without parsing the JSON."""
+    carried = getattr(event, "response", None)
+    response_id = getattr(event, "response_id", None) or getattr(carried, "id", None)
+    return response_id if isinstance(response_id, str) else None
 
 
 class Emitter:
@@ -210,11 +233,15 @@ class Emitter:
     def control(self, cls: type[SdkModel], **fields: Any) -> None:
         self.send(self.build(cls, **fields))
 
+    def flushing(self, cls: type[SdkModel], flush: Flush, **fields: Any) -> None:
+        """A control event at which playback of the answer is flushed."""
+        self.send(dataclasses.replace(self.build(cls, **fields), flush=flush))
+
     def build(self, cls: type[SdkModel], **fields: Any) -> OutEvent:
         """A control event, serialized but not queued: for a change that is made
         only once its event is known to serialize (then `send` it)."""
-        _, text = self._event(cls, fields)
-        return OutEvent(text, _TYPES[cls])
+        event, text = self._event(cls, fields)
+        return OutEvent(text, _TYPES[cls], response_id=_response_of(event))
 
     def send(self, event: OutEvent) -> None:
         """Queue a control event from `build`."""

@@ -45,7 +45,7 @@ from openai.types.realtime import (
 
 from engine import protocol
 from engine.conversation import Conversation, Item
-from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
+from engine.emitter import Emitter, Flush, Ids, Outbox, OutboxOverflow
 from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.held_speech import Drop, HearingDone, HeldSpeech, Interrupt, OffLoopHearing
 from engine.history import audio_to_release, items_to_drop
@@ -479,8 +479,11 @@ class Session:
     async def _speech_started(self, item_id: str, audio_start_ms: int) -> None:
         params = self.config.turn_detection
         assert params is not None
-        self.emit.control(
-            InputAudioBufferSpeechStartedEvent, audio_start_ms=audio_start_ms, item_id=item_id
+        self.emit.flushing(
+            InputAudioBufferSpeechStartedEvent,
+            Flush.ALL if params.interrupt_response else Flush.CLIENT,
+            audio_start_ms=audio_start_ms,
+            item_id=item_id,
         )
         if self.observer is not None:
             self.observer.speech_started(self.session_id, item_id, audio_start_ms)

@@ -44,6 +44,7 @@ from server.logs import LogObserver, install_redaction
 from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
 from server.observers import compose
 from server.realtime import RealtimeEndpoint
+from server.sessions import SessionHub
 
 if TYPE_CHECKING:
     from models.speech.voice import VoiceOptions
@@ -191,19 +192,21 @@ def create_app(
     # here only (`parley serve --workers` shares one, server/cli.py).
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
     keys = KeyStore(settings.api_keys, secret)
-    endpoint = RealtimeEndpoint(
+    # The sessions of both transports, siblings over the hub (server/sessions.py).
+    hub = SessionHub(
         settings,
         model_executor,
         vad,
-        keys,
         observers,
         end_of_turn=end_of_turn,
         hearing=hearing,
         mcp_client=mcp_client,
     )
-    calls = CallsEndpoint(endpoint)  # WebRTC calls: sessions of the same endpoint
+    realtime = RealtimeEndpoint(hub, keys)  # the WebSocket, and sidebands of calls
+    calls = CallsEndpoint(hub, keys)  # WebRTC calls
     app.state.keys = keys
-    app.state.endpoint = endpoint
+    app.state.hub = hub  # what server/serving.py drains
+    app.state.realtime = realtime
     started = int(time.time())
 
     @app.exception_handler(ApiError)
@@ -218,14 +221,14 @@ def create_app(
         # Liveness: 200 while the process serves, draining included.
         # Model calls waiting for a free slot (the cascade bounds each stage).
         queued = model_executor.queued
-        status = "draining" if endpoint.draining else "ok"
-        return {"status": status, "sessions": endpoint.sessions, "model_queue": queued}
+        status = "draining" if hub.draining else "ok"
+        return {"status": status, "sessions": hub.sessions, "model_queue": queued}
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         # Readiness: 503 from the start of a drain, so load balancers stop sending
         # new sessions here while the open ones finish.
-        if endpoint.draining:
+        if hub.draining:
             return JSONResponse({"status": "draining"}, 503)
         return JSONResponse({"status": "ready"})
 
@@ -259,7 +262,7 @@ def create_app(
         )
         return Response(minted, media_type="application/json")
 
-    app.add_api_websocket_route("/v1/realtime", endpoint.handle)
+    app.add_api_websocket_route("/v1/realtime", realtime.handle)
 
     # WebRTC (server/calls.py): the offer/answer, and hang-up by the client or by the
     # application's server; `/v1/realtime?call_id=` above attaches to a call.

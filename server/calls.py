@@ -15,6 +15,7 @@ refusal (key, body, capacity, drain) is an HTTP error before any media flows.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 from dataclasses import dataclass
@@ -27,12 +28,13 @@ from engine.protocol import ProtocolError, SessionIn, loads_json
 from server.auth import (
     MAX_BODY_BYTES,
     ApiError,
+    KeyStore,
     bad_request,
     client_secret_request,
     presented_key,
 )
 from server.logs import session_var
-from server.realtime import SHUTDOWN_REASON, RealtimeEndpoint
+from server.sessions import SHUTDOWN_REASON, Seat, SessionHub
 from server.webrtc import Call, CallError
 
 log = logging.getLogger(__name__)
@@ -113,47 +115,44 @@ async def _read_offer(request: Request) -> Offer:
 
 
 class CallsEndpoint:
-    """Opens calls into the realtime endpoint's sessions, and hangs them up."""
+    """Opens calls as sessions of the hub, and hangs them up."""
 
-    def __init__(self, endpoint: RealtimeEndpoint) -> None:
-        self.endpoint = endpoint
+    def __init__(self, hub: SessionHub, keys: KeyStore) -> None:
+        self.hub = hub
+        self.keys = keys
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def create(self, request: Request) -> Response:
-        endpoint = self.endpoint
-        if endpoint.draining:
+        hub = self.hub
+        if hub.draining:
             raise ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
-        ephemeral = endpoint.keys.authenticate(presented_key(request.headers), websocket=True)
+        ephemeral = self.keys.authenticate(presented_key(request.headers), websocket=True)
         offer = await _read_offer(request)
         model = ephemeral.model if ephemeral else request.query_params.get("model")
-        model = model or endpoint.settings.model
+        model = model or hub.settings.model
         presets = tuple(p for p in (ephemeral.preset if ephemeral else None, offer.session) if p)
         try:  # the session applies them: a bad one is a 400 now, not an error later
-            session = endpoint.new_session(model, presets)
+            session = hub.new_session(model, presets)
         except ProtocolError as exc:
             raise bad_request(exc) from None
-        if endpoint.at_capacity():
-            limit = endpoint.settings.max_sessions
-            raise ApiError(
-                503,
-                "at_capacity",
-                f"At capacity ({limit} sessions); try again later.",
-                type="server_error",
-            )
-        endpoint.admit()
+        if (full := hub.at_capacity()) is not None:
+            raise ApiError(503, "at_capacity", full, type="server_error")
         call_id = "rtc_" + secrets.token_hex(12)
+        call = Call(call_id, session, hub.settings)
+        # Seated until the call ends, so that the drain can hang it up.
+        seat = hub.admit(functools.partial(call.hang_up, SHUTDOWN_REASON))
         try:
-            call = Call(call_id, session, endpoint.settings)
             try:
                 answer = await call.answer(offer.sdp)
             except CallError as exc:
                 await call.pc.close()
                 raise ApiError(400, "invalid_sdp", str(exc), "sdp") from None
         except BaseException:
-            endpoint.release()
+            hub.release(seat)
             raise
-        endpoint.calls[call_id] = call
-        task = asyncio.create_task(self._serve(call), name=f"call:{call_id}")
+        seat.session = session  # the drain's to end, once it is served
+        hub.add_call(call_id, call)
+        task = asyncio.create_task(self._serve(call, seat), name=f"call:{call_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         log.info("call %s: answered (session %s)", call_id, session.session_id)
@@ -167,29 +166,23 @@ class CallsEndpoint:
     async def close(self, timeout_s: float = 10.0) -> None:
         """The server is stopping: hang up every call and wait (bounded) for each to
         close its peer connection. (A drain ends them first, their answers done.)"""
-        for call in list(self.endpoint.calls.values()):
-            call.hang_up(SHUTDOWN_REASON)
+        self.hub.hang_up_calls(SHUTDOWN_REASON)
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
 
-    async def _serve(self, call: Call) -> None:
+    async def _serve(self, call: Call, seat: Seat) -> None:
         session_var.set(call.session.session_id)
         try:
-            reason = await call.run()
+            reason = await call.run(self.hub)
             log.info("call %s: ended (%s)", call.call_id, reason)
         finally:
-            self.endpoint.calls.pop(call.call_id, None)
-            self.endpoint.release()
-            if self.endpoint.observer is not None:
-                self.endpoint.observer.connection_closed(call.session.session_id, 1000)
+            self.hub.drop_call(call.call_id)
+            self.hub.release(seat)
+            self.hub.closed(call.session.session_id, 1000)
 
     def hang_up(self, call_id: str, request: Request, *, api_key_only: bool) -> Response:
         # The application's server hangs up with its API key; the client may with its
         # own (ephemeral) key too, as it may by closing the peer connection.
-        keys = self.endpoint.keys
-        keys.authenticate(presented_key(request.headers), websocket=not api_key_only)
-        call = self.endpoint.calls.get(call_id)
-        if call is None:
-            raise ApiError(404, "call_not_found", f"No call '{call_id}' is in progress.")
-        call.hang_up("hung up by request")
+        self.keys.authenticate(presented_key(request.headers), websocket=not api_key_only)
+        self.hub.find_call(call_id).hang_up("hung up by request")
         return Response(status_code=200)

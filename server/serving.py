@@ -2,7 +2,7 @@
 and the `--workers N` supervisor whose workers run that server too.
 
 uvicorn's own shutdown closes the listener and sends every WebSocket 1012 at once.
-`DrainingServer` first drains the realtime endpoint (`RealtimeEndpoint.drain`) while
+`DrainingServer` first drains the session hub (`SessionHub.drain`) while
 still listening, so `/readyz` answers 503 and new upgrades get 503 while answers in
 flight finish; then uvicorn's shutdown runs, bounded by `timeout_graceful_shutdown`.
 """
@@ -20,7 +20,7 @@ from uvicorn.supervisors import multiprocess
 
 # Nothing of Parley is imported here: a `--workers` process unpickles DrainingProcess
 # before it answers the supervisor's first health check (5 s), so this module must
-# load fast; the app (and server.realtime) is loaded afterwards, by the server.
+# load fast; the app (and server.sessions) is loaded afterwards, by the server.
 
 log = logging.getLogger(__name__)
 
@@ -36,19 +36,19 @@ WORKER_HEALTHCHECK_S = 30
 
 @runtime_checkable
 class Drainable(Protocol):
-    """What the server drains (server.realtime.RealtimeEndpoint)."""
+    """What the server drains (server.sessions.SessionHub)."""
 
     async def drain(self, cut: asyncio.Event | None = None) -> None: ...
 
 
-def find_endpoint(app: Any) -> Drainable | None:
-    """The realtime endpoint of a loaded app, through uvicorn's wrappers (proxy
-    headers, logging), each of which holds the app it wraps as `.app`."""
+def find_hub(app: Any) -> Drainable | None:
+    """The session hub of a loaded app, through uvicorn's wrappers (proxy headers,
+    logging), each of which holds the app it wraps as `.app`."""
     for _ in range(8):
         state = getattr(app, "state", None)
-        endpoint = getattr(state, "endpoint", None)
-        if isinstance(endpoint, Drainable):
-            return endpoint
+        hub = getattr(state, "hub", None)
+        if isinstance(hub, Drainable):
+            return hub
         app = getattr(app, "app", None)
         if app is None:
             return None
@@ -65,11 +65,11 @@ class DrainingServer(uvicorn.Server):
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        endpoint = find_endpoint(self.config.loaded_app)
-        if endpoint is not None and not self.force_exit:
+        hub = find_hub(self.config.loaded_app)
+        if hub is not None and not self.force_exit:
             self._loop = asyncio.get_running_loop()
             self._cut = asyncio.Event()
-            await endpoint.drain(self._cut)
+            await hub.drain(self._cut)
         await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -7,7 +7,8 @@ track out: the session's audio deltas are played by `PlayoutTrack` in real time,
            sent as events; the playout reports started/stopped/cleared and, when it
            cuts an answer, what was played (the session truncates the item to it)
 sideband:  server-side WebSockets (`/v1/realtime?call_id=`) attached to the call get
-           its events and may send client events (server/realtime.py)
+           its events and may send client events (server/realtime.py, which finds
+           the call through the hub, server/sessions.py)
 
 The call ends on hang-up (DELETE, `/hangup`), when the peer connection fails or
 closes, when the session ends (drain), or when the peer never connects.
@@ -17,10 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
@@ -30,17 +30,12 @@ from aiortc.rtcdatachannel import RTCDataChannel
 from aiortc.rtcrtpreceiver import RTCRtpReceiver
 from openai.types.realtime import RealtimeErrorEvent
 
-from engine.emitter import OutEvent, build
-from engine.protocol import (
-    ClientEvent,
-    InputAudioBufferAppend,
-    ProtocolError,
-    parse_client_event,
-)
+from engine.emitter import Flush, OutEvent, build
 from engine.session import Session
 from server.config import Settings
 from server.playout import PlayoutQueue, PlayoutTrack
 from server.rtc_audio import track_pcm
+from server.sessions import SessionHub, Sideband, submit_text
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +52,6 @@ JITTER_FRAMES = 2
 DEFAULT_MAX_MESSAGE_BYTES = 65536
 # How long closing the peer connection may take when the call ends.
 CLOSE_TIMEOUT_S = 5.0
-# Events queued for one sideband WebSocket; past this it is not reading and is dropped.
-SIDEBAND_QUEUE = 1024
 AUDIO_DELTA = "response.output_audio.delta"
 
 
@@ -86,15 +79,6 @@ def ice_configuration(settings: Settings) -> RTCConfiguration:
         for url in settings.ice_servers
     ]
     return RTCConfiguration(iceServers=servers)
-
-
-@dataclasses.dataclass(eq=False)
-class Sideband:
-    """A server-side WebSocket attached to a call: the call's events, in order."""
-
-    queue: asyncio.Queue[str | None] = dataclasses.field(
-        default_factory=lambda: asyncio.Queue(SIDEBAND_QUEUE)
-    )
 
 
 class Call:
@@ -215,15 +199,12 @@ class Call:
                 await self._send(event)
 
     def _steer_playout(self, event: OutEvent) -> None:
-        if event.type == "input_audio_buffer.speech_started":
-            params = self.session.config.turn_detection
-            if params is not None and params.interrupt_response:
-                self.playout.clear()  # barge-in: silent at once, the item truncated
+        if event.flush is Flush.ALL:  # the session decided: speech interrupts the answer
+            self.playout.clear()  # barge-in: silent at once, the item truncated
         elif event.type == "output_audio_buffer.cleared":
             self.playout.clear(announce=False)  # the client's clear; its event is this
-        elif event.type == "response.done":
-            response_id = json.loads(event.text)["response"]["id"]
-            self.playout.finish(response_id)
+        elif event.type == "response.done" and event.response_id is not None:
+            self.playout.finish(event.response_id)
 
     async def _send(self, event: OutEvent) -> None:
         deadline = self.settings.write_timeout_s
@@ -277,37 +258,26 @@ class Call:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def run(self) -> str:
+    async def run(self, hub: SessionHub) -> str:
         """Serve the call until it ends; why it ended."""
-        runner = asyncio.create_task(self.session.run(), name=f"session:{self.call_id}")
-        writer = asyncio.create_task(self._write(), name=f"call-writer:{self.call_id}")
-        reader = asyncio.create_task(self._read_events(), name=f"call-reader:{self.call_id}")
-        ended = asyncio.create_task(self.ended.wait())
-        connected = asyncio.create_task(self._connected_in_time())
-        tasks = {runner, writer, reader, ended, connected}
+        watch = (self.ended.wait(), self._connected_in_time())
+        write, read = self._write(), self._read_events()
         try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task.cancelled() or task.exception() is None:
-                    continue
-                error = task.exception()
-                if isinstance(error, CallEnded):
-                    self.hang_up(str(error))
-                else:
-                    log.error("call %s: %s failed", self.call_id, task.get_name(), exc_info=error)
-                    self.hang_up("internal error")
-            if runner in done and not self.end_reason:
-                self.end_reason = "the session ended"
-            if runner in done and writer not in done:
-                # The session's last events are in its outbox, which it closed.
-                with contextlib.suppress(asyncio.TimeoutError, Exception):
-                    await asyncio.wait_for(asyncio.shield(writer), self.settings.write_timeout_s)
-            return self.end_reason or "hung up"
+            async with hub.serving(
+                self.session, write, read, label=self.call_id, watch=watch
+            ) as served:
+                for name, error in served.failures():
+                    if isinstance(error, CallEnded):
+                        self.hang_up(str(error))
+                    else:
+                        log.error("call %s: %s failed", self.call_id, name, exc_info=error)
+                        self.hang_up("internal error")
+                if served.runner in served.done:
+                    self.end_reason = self.end_reason or "the session ended"
+                    await served.last_events(self.settings.write_timeout_s)
+                return self.end_reason or "hung up"
         finally:
-            self.session.close()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(runner), timeout=2.0)
-            for task in (*tasks, *self._tasks):
+            for task in self._tasks:
                 task.cancel()
             for sideband in list(self.sidebands):
                 self.detach(sideband)
@@ -362,33 +332,3 @@ def too_large_error(event_id: str, kind: str, size: int) -> str:
     error = {"type": "server_error", "code": "event_too_large", "message": message}
     event = build(RealtimeErrorEvent, event_id, error=error | {"param": None, "event_id": None})
     return event.model_dump_json(exclude_unset=True)
-
-
-async def submit_text(
-    session: Session,
-    text: str,
-    limit: int,
-    *,
-    on_call: bool,
-    observe: Callable[[ClientEvent], ClientEvent] | None = None,
-) -> None:
-    """Parse one client event and hand it (or its error) to the session, after
-    `observe` (an observer's stamp). On a call (its data channel, a sideband), audio
-    comes from the track, never as `input_audio_buffer.append`."""
-    try:
-        event = parse_client_event(text, limit)
-    except ProtocolError as exc:
-        await session.submit(exc)
-        return
-    if on_call and isinstance(event, InputAudioBufferAppend):
-        await session.submit(
-            ProtocolError(
-                "invalid_request_error",
-                "input_audio_buffer.append is not accepted on a WebRTC call: the "
-                "audio comes from the call's media track.",
-                "type",
-                event.event_id,
-            )
-        )
-        return
-    await session.submit(event if observe is None else observe(event))

@@ -35,6 +35,11 @@ EXECUTORS = (
     "models.hosted",
 )
 
+# The two transports, WebSocket (server/realtime.py) and WebRTC (these), share the
+# session hub (server/sessions.py) and nothing else.
+WEBRTC = ("server.calls", "server.webrtc", "server.playout")
+SIBLINGS = "the transports are siblings over the session hub"
+
 RULES = (
     Rule(
         "engine.protocol",
@@ -59,6 +64,9 @@ RULES = (
         "what listens needs no executor nor a stage that speaks, only the shared helpers",
     ),
     Rule("server", ("bench", "tests"), "the shipped server needs no source checkout"),
+    Rule("server.realtime", WEBRTC, SIBLINGS),
+    *(Rule(module, ("server.realtime",), SIBLINGS) for module in WEBRTC),
+    Rule("server.sessions", ("server.realtime", *WEBRTC), "the hub sits under both transports"),
     Rule("bench", ("tests",), "benchmarks share fixtures through bench/, never tests/"),
 )
 
@@ -141,6 +149,10 @@ CASES = [
     ("bench/load.py", "from tests.audio import clip\n", "bench.load → tests"),
     ("server/app.py", "from bench import load\n", "server.app → bench"),
     ("engine/protocol/beta.py", "from ..session import Session\n", "engine.protocol.beta →"),
+    ("server/realtime.py", "from server.webrtc import Call\n", "server.realtime → server.webrtc"),
+    ("server/calls.py", "from server.realtime import Ending\n", "server.calls → server.realtime"),
+    ("server/sessions.py", "from server import playout\n", "server.sessions → server.playout"),
+    ("server/webrtc.py", "from server.sessions import SessionHub\n", None),
     ("server/app.py", "from engine.session import Session\n", None),
     ("engine/session.py", "from engine.protocol import errors\nfrom models import base\n", None),
     ("engine/protocol/parse.py", "from engine.protocol.errors import ProtocolError\n", None),

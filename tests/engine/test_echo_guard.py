@@ -14,7 +14,7 @@ import numpy.typing as npt
 import pytest
 
 from bench.speech import load_wav
-from engine.emitter import Outbox, OutEvent
+from engine.emitter import Flush, Outbox, OutEvent
 from models.listening.echo import FarEnd, wall_index
 from models.listening.vad import SileroOnnxBackend
 from models.scripted import ScriptedExecutor
@@ -197,7 +197,7 @@ async def test_the_far_end_is_what_the_writer_sends_not_what_it_drops() -> None:
     assert (await box.get()).type == "response.done"  # type: ignore[union-attr]
     assert far.playing_until() == wall_index(clock.t) + 1600  # the first delta only
     clock.t += 0.05
-    box.put_control(OutEvent("s", "input_audio_buffer.speech_started"))
+    box.put_control(OutEvent("s", "input_audio_buffer.speech_started", flush=Flush.CLIENT))
     await box.get()
     assert far.playing_until() == wall_index(clock.t)  # the client flushed its playback
 

@@ -80,8 +80,8 @@ async def test_a_session_given_no_client_lists_nothing() -> None:
 
 
 def test_the_server_hands_every_session_its_one_client() -> None:
-    endpoint = create_app(Settings(**TEST_SETTINGS)).state.endpoint
-    one, two = endpoint.new_session("m"), endpoint.new_session("m")
+    hub = create_app(Settings(**TEST_SETTINGS)).state.hub
+    one, two = hub.new_session("m"), hub.new_session("m")
     assert isinstance(one.mcp.client, StreamableHttpMcp) and one.mcp.client is two.mcp.client
 
 

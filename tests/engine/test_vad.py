@@ -96,7 +96,7 @@ def test_no_resampler_lag_at_16k() -> None:
 )
 def test_app_uses_configured_backend(name: str, cls: type) -> None:
     app = create_app(Settings(vad_backend=name))
-    vad = app.state.endpoint.vad
+    vad = app.state.hub.vad
     # Silero scores in batches across sessions, off the event loop.
     assert isinstance(vad.backend if isinstance(vad, VadBatcher) else vad, cls)
     assert isinstance(vad, VadBatcher) == (name == "silero")

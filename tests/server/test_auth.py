@@ -471,7 +471,7 @@ async def test_max_sessions_closes_the_extra_connection_with_1013(
         await first.send(json.dumps({"type": "session.update", "session": {"instructions": "x"}}))
         assert (await until(first, "session.updated"))["session"]["instructions"] == "x"
     # The server lets the slot go once the first session has wound down.
-    await asyncio.wait_for(apps[0].state.endpoint.drained.wait(), TIMEOUT_S)
+    await asyncio.wait_for(apps[0].state.hub.drained.wait(), TIMEOUT_S)
     async with open_ws(server) as third:
         await session_created(third)
 
@@ -521,7 +521,8 @@ class _GatedSocket:
 
 
 async def test_max_sessions_counts_a_session_before_its_handshake_completes() -> None:
-    endpoint = create_app(Settings(**TEST_SETTINGS, max_sessions=1)).state.endpoint
+    app = create_app(Settings(**TEST_SETTINGS, max_sessions=1))
+    endpoint, hub = app.state.realtime, app.state.hub
     gate = asyncio.Event()
     first = _GatedSocket(gate)
     first_handled = asyncio.create_task(endpoint.handle(first))
@@ -534,7 +535,7 @@ async def test_max_sessions_counts_a_session_before_its_handshake_completes() ->
     gate.set()
     await asyncio.wait_for(first_handled, TIMEOUT_S)
     assert first.close_code == 1000
-    assert endpoint.sessions == 0 and endpoint.drained.is_set()
+    assert hub.sessions == 0 and hub.drained.is_set()
 
 
 # --- serving beyond loopback without keys ------------------------------------------

@@ -9,9 +9,17 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection
 from openai.types.realtime import RealtimeErrorEvent
 
+from engine.emitter import Flush, OutEvent
 from engine.playback import Playback
+from server.config import Settings
 from server.playout import FRAME, PlayoutQueue
-from server.webrtc import JITTER_FRAMES, fit_for_channel, shorten_jitter_buffer, too_large_error
+from server.webrtc import (
+    JITTER_FRAMES,
+    Call,
+    fit_for_channel,
+    shorten_jitter_buffer,
+    too_large_error,
+)
 
 
 def tone(frames: int) -> np.ndarray:
@@ -106,3 +114,32 @@ async def test_an_audio_receiver_gets_the_shorter_jitter_buffer() -> None:
         assert not shorten_jitter_buffer(pc.addTransceiver("video").receiver)
     finally:
         await pc.close()
+
+
+class _Reports:
+    """What a Call needs of its session to build its playout."""
+
+    def __init__(self) -> None:
+        self.played: list[Playback] = []
+
+    def playback(self, played: Playback) -> None:
+        self.played.append(played)
+
+
+async def test_a_call_s_playout_clears_where_the_session_marked_an_interruption() -> None:
+    # The session decides (interrupt_response): the call reads the mark, no config.
+    session = _Reports()
+    call = Call("rtc_test", session, Settings(executor="scripted"))  # type: ignore[arg-type]
+    try:
+        started = "input_audio_buffer.speech_started"
+        for flush, cleared in ((None, False), (Flush.CLIENT, False), (Flush.ALL, True)):
+            call.playout.push("resp_1", "item_1", tone(2))
+            call._steer_playout(OutEvent("{}", started, flush=flush))
+            assert (call.playout.queued_samples == 0) is cleared
+        assert [p.kind for p in session.played] == ["cleared"]
+        call.playout.push("resp_2", "item_2", tone(1))
+        call.playout.next_frame()
+        call._steer_playout(OutEvent("{}", "response.done", response_id="resp_2"))
+        assert session.played[-1] == Playback("stopped", "resp_2")
+    finally:
+        await call.pc.close()

@@ -22,6 +22,7 @@ from server.realtime import (
     WriteTimeout,
     ending_of,
 )
+from server.sessions import SessionHub
 from server.ws_protocol import ABORT_EXTENSION
 from tests.support.processes import parley_serve
 from tests.support.raw_ws import TEXT, RawWebSocket, close_code, frame, parse_frames
@@ -88,7 +89,7 @@ class FakeSession:
 
 def endpoint(write_timeout_s: float) -> RealtimeEndpoint:
     settings = Settings(executor="scripted", write_timeout_s=write_timeout_s)
-    return RealtimeEndpoint(settings, None, None, None)  # type: ignore[arg-type]
+    return RealtimeEndpoint(SessionHub(settings, None, None), None)  # type: ignore[arg-type]
 
 
 async def test_a_send_past_the_write_deadline_ends_the_writer() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.emitter import OutEvent
 from engine.end_of_turn import EndOfTurnModel
 from engine.interruption import SnippetRecognizer
 from engine.limits import EngineLimits
@@ -55,6 +56,7 @@ class Harness:
             **({} if clock is None else {"clock": clock}),
         )
         self.events: list[dict[str, Any]] = []
+        self.out: list[OutEvent] = []  # the same events as the writer takes them
         self.max_bytes = MAX_BYTES
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -85,6 +87,7 @@ class Harness:
             raw = json.loads(event.text)
             assert_sdk_event(raw)
             self.events.append(raw)
+            self.out.append(event)
 
     async def send(self, event: dict[str, Any]) -> None:
         try:
