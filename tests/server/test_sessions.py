@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine.vad import WebRtcVadBackend
+from models.listening.vad import WebRtcVadBackend
 from models.scripted import ScriptedExecutor
 from server import sessions
 from server.auth import ApiError
