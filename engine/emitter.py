@@ -102,7 +102,15 @@ class Outbox:
         reserve: int = 64,
         limit_chars: int = 8 << 20,
         reserve_chars: int = 24 << 20,
+        *,
+        current_epoch: Callable[[str], int] = lambda lane: 0,
+        far_end: Callable[[], FarEnd | None] = lambda: None,
+        on_first_audio: Callable[[str], None] | None = None,
     ) -> None:
+        """`current_epoch`: a lane's epoch now (output of another is stale);
+        `far_end`: the echo guard's record of what the client plays (None: the guard
+        is off); `on_first_audio`: told the id of an item whose first audio is taken
+        for the wire."""
         self._queue: deque[OutEvent] = deque()
         self._limit = limit
         self._reserve = reserve
@@ -113,16 +121,18 @@ class Outbox:
         self._writable = asyncio.Event()
         self._writable.set()
         self._closed = False
-        self.current_epoch: Callable[[str], int] = lambda lane: 0
+        self._current_epoch = current_epoch
+        self._far_end = far_end
+        self._on_first_audio = on_first_audio
         # Audio samples per item that reached the writer (the sent ledger).
         self.sent_samples: dict[str, int] = {}
-        # Told the id of an item whose first audio is taken for the wire.
-        self.on_first_audio: Callable[[str], None] | None = None
-        # The echo guard's record of what the client plays (None: the guard is off).
-        self.far_end: FarEnd | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
+
+    @property
+    def far_end(self) -> FarEnd | None:
+        return self._far_end()
 
     def full(self) -> bool:
         """Output must wait: the queue is at its limit in events or in characters."""
@@ -154,7 +164,7 @@ class Outbox:
         self._push(event)
 
     def _is_stale(self, event: OutEvent) -> bool:
-        return event.epoch is not None and event.epoch != self.current_epoch(event.lane)
+        return event.epoch is not None and event.epoch != self._current_epoch(event.lane)
 
     def drop_stale(self) -> int:
         """Free the room held by output of an old epoch (the writer would skip it)."""
@@ -192,15 +202,16 @@ class Outbox:
             self._after_take()
             if self._is_stale(event):
                 continue  # never sent, so never played: not on the far end either
-            if self.far_end is not None:
+            far_end = self._far_end()
+            if far_end is not None:
                 if event.pcm is not None:
-                    self.far_end.sent(event.pcm)
+                    far_end.sent(event.pcm)
                 elif event.flush is not None:
-                    self.far_end.cut()  # the client flushes its playback on it
+                    far_end.cut()  # the client flushes its playback on it
             if event.item_id is not None:
                 sent = self.sent_samples.get(event.item_id)
-                if sent is None and self.on_first_audio is not None:
-                    self.on_first_audio(event.item_id)
+                if sent is None and self._on_first_audio is not None:
+                    self._on_first_audio(event.item_id)
                 self.sent_samples[event.item_id] = (sent or 0) + event.samples
             return event
 

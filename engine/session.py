@@ -129,19 +129,23 @@ class Session:
             config = apply_update(config, each, audio_started=False)
         self.config = config
         self.observer = observer  # None: nothing is reported, at no cost
+        self.input = InputAudio(self.config, clock)
+        session_id = self.session_id
         self.outbox = Outbox(
             self.limits.outbox_limit,
             self.limits.outbox_reserve,
             self.limits.outbox_limit_chars,
             self.limits.outbox_reserve_chars,
+            current_epoch=lambda lane: self.responder.lane_epoch(lane),
+            far_end=lambda: self.input.far_end,
+            on_first_audio=(
+                None
+                if observer is None
+                else lambda item: observer.first_audio_sent(session_id, item)
+            ),
         )
-        if observer is not None:
-            session_id = self.session_id
-            self.outbox.on_first_audio = lambda item: observer.first_audio_sent(session_id, item)
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
-        self.input = InputAudio(self.config, clock)
-        self.outbox.far_end = self.input.far_end
         # Turn detection: the VAD, the detector, semantic_vad's end-of-turn model
         # (shared by all sessions; None: semantic_vad ends turns after a fixed
         # silence) and speculation during a pause.
@@ -181,7 +185,6 @@ class Session:
             observer=observer,
             mcp=self.mcp,
         )
-        self.outbox.current_epoch = self.responder.lane_epoch
         self._busy = False
         self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
         self.items = ItemEvents(self.conversation, self.emit, self.ids, self.responder, self.outbox)
@@ -763,7 +766,6 @@ class Session:
             ) from None
         self.config = new
         self.input.apply(change)
-        self.outbox.far_end = self.input.far_end
         if vad_changed:
             self._stop_turn_work()
             self._speech = None

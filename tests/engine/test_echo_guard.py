@@ -184,9 +184,8 @@ async def test_an_unknown_type_is_refused_and_the_session_lives() -> None:
 async def test_the_far_end_is_what_the_writer_sends_not_what_it_drops() -> None:
 
     clock = FakeClock()
-    box, epoch = Outbox(), {"conversation": 0}
-    box.current_epoch = lambda lane: epoch[lane]
-    box.far_end = far = FarEnd(clock)
+    far, epoch = FarEnd(clock), {"conversation": 0}
+    box = Outbox(current_epoch=lambda lane: epoch[lane], far_end=lambda: far)
     pcm = np.full(2400, 1000, np.int16)
     delta = "response.output_audio.delta"
     await box.put(OutEvent("a", delta, 0, item_id="i", samples=2400, pcm=pcm))

@@ -11,8 +11,7 @@ from engine.emitter import Outbox, OutboxOverflow, OutEvent
 
 async def test_outbox_drops_stale_output_and_keeps_control() -> None:
     epoch = 0
-    box = Outbox(limit=4, reserve=2)
-    box.current_epoch = lambda lane: epoch
+    box = Outbox(limit=4, reserve=2, current_epoch=lambda lane: epoch)
     await box.put(OutEvent("a1", "d", epoch=0, item_id="i", samples=10))
     await box.put(OutEvent("a2", "d", epoch=0, item_id="i", samples=10))
     first = await box.get()
