@@ -59,7 +59,7 @@ from engine.mailbox import Close, Drain, End, Mailbox, Message, PreparationFinis
 from engine.mcp.client import McpClient, NoMcp
 from engine.mcp.tools import McpListed, McpTools
 from engine.observer import Observer
-from engine.pause_scoring import EndOfTurnScored, PauseScoring
+from engine.pause_scoring import EndOfTurnScored
 from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackClock, TrackAudio
 from engine.prepare_chain import PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
@@ -69,36 +69,24 @@ from engine.response import (
     request_from_create,
     speculative_prompt,
 )
-from engine.semantic_turns import (
-    SemanticTurnDetector,
-    SemanticVadParams,
-    looks_final,
-    silence_needed_ms,
-)
 from engine.session_config import (
     SessionConfig,
     apply_update,
     to_wire,
     unhonoured,
 )
-from engine.speculation import SPECULATE_AFTER_MS, Speculation, Step, speculation_step
 from engine.transcription import InputTranscription, TranscriptionFinished
+from engine.turn_detection import AnswerEarly, TurnDetection
 from engine.turns import (
     PauseCandidate,
-    ServerVadParams,
     SpeechStarted,
     SpeechStopped,
-    TurnDetector,
     TurnEvent,
 )
-from engine.vad import VadBackend, VadStream
+from engine.vad import VadBackend
 from models.base import PCM_RATE, Executor, PromptItem
 
 log = logging.getLogger(__name__)
-
-
-# semantic_vad without an end-of-turn model is told once per process.
-_warned_no_end_of_turn = False
 
 
 class Session:
@@ -146,13 +134,10 @@ class Session:
         )
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
-        # Turn detection: the VAD, the detector, semantic_vad's end-of-turn model
-        # (shared by all sessions; None: semantic_vad ends turns after a fixed
-        # silence) and speculation during a pause.
-        self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
-        self.scoring = PauseScoring(end_of_turn, self._post, self.session_id)
-        self.detector: TurnDetector | None = self._new_detector(self.config.turn_detection)
-        self.speculation = Speculation(executor)
+        # Turn detection, with semantic_vad's end-of-turn model (shared by all
+        # sessions; None: semantic_vad ends turns after a fixed silence).
+        self.turns = TurnDetection(vad_backend, end_of_turn, executor, self._post, session_id)
+        self.turns.use(self.turns.new_detector(self.config.turn_detection, 0))
         # Speech while the assistant is audible; its recognizer (shared by all
         # sessions) hears it; None: duration alone qualifies it.
         self.held = HeldSpeech(
@@ -244,7 +229,7 @@ class Session:
             and not self.responder.responding
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
-            and self.scoring.idle()
+            and self.turns.scoring.idle()
         )
 
     async def run(self) -> None:
@@ -370,19 +355,6 @@ class Session:
 
     # --- input audio ------------------------------------------------------------------
 
-    def _new_detector(self, params: ServerVadParams | None) -> TurnDetector | None:
-        if params is None:
-            return None
-        detector: TurnDetector
-        if isinstance(params, SemanticVadParams):
-            if self.scoring.model is None:
-                _warn_no_end_of_turn()
-            detector = SemanticTurnDetector(params, scoring=self.scoring.model is not None)
-        else:
-            detector = TurnDetector(params)
-        detector.reset(self._now_ms())
-        return detector
-
     async def _on_append(self, event: protocol.InputAudioBufferAppend) -> None:
         if self._no_room_for(self.config.input_format.ms_of(len(event.pcm))):
             # Refused before decoding, so the decoder's state holds nothing of it.
@@ -398,7 +370,7 @@ class Session:
         """Without turn detection the buffer only grows until the client commits or
         clears it: audio that would take it past `max_buffer_ms` is refused."""
         held_ms = self.input.held_ms()
-        return self.detector is None and held_ms + incoming_ms > self.limits.max_buffer_ms
+        return self.turns.detector is None and held_ms + incoming_ms > self.limits.max_buffer_ms
 
     async def _on_track_audio(self, audio: TrackAudio) -> None:
         # A track cannot be refused an append at a time: past the bound its audio is
@@ -420,17 +392,13 @@ class Session:
     async def _take_audio(self, pcm: npt.NDArray[np.int16], received_at: float | None) -> None:
         """Decoded input, 24 kHz: echo and noise, the buffer, VAD and turns."""
         pcm = self.input.take(pcm, received_at)
-        detector = self.detector  # only this task replaces it, and not while here
+        detector = self.turns.detector  # only this task replaces it, and not while here
+        events = await self.turns.feed(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         if detector is None:
-            self.vad.skip(len(pcm))  # the VAD clock stays on the input clock
             return
-        frames = await self.vad.score(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
-        for turn_event in detector.feed(frames):
+        for turn_event in events:
             await self._on_turn_event(turn_event, received_at)
-        self.scoring.keep_only(
-            detector.pending_pause if isinstance(detector, SemanticTurnDetector) else None
-        )
-        self._speculate()
+        self.turns.after_frames(self._turn_so_far)
         if self.held.held is not None:
             if self.held.held.stop is None and detector.in_speech:
                 self.held.grew(self._now_ms() - (detector.pause_ms or 0))
@@ -568,7 +536,7 @@ class Session:
             if decision.stop is not None:
                 await self._speech_stopped(decision.stop, decision.frame_received)
         elif isinstance(decision, Drop):
-            self.speculation.discard()
+            self.turns.speculation.discard()
             if decision.end_ms is not None:
                 # No turn: its audio goes, the answer plays on.
                 self._speech = None
@@ -588,49 +556,32 @@ class Session:
             return
         window = self.buffer.ms_to_pos(round(END_OF_TURN_WINDOW_S * 1000))
         start = max(self._speech[1], self.buffer.end - window)
-        self.scoring.score(pause_id, self.buffer.copy(start, self.buffer.end))
+        self.turns.scoring.score(pause_id, self.buffer.copy(start, self.buffer.end))
 
     async def _on_end_of_turn_scored(self, message: EndOfTurnScored) -> None:
-        if not self.scoring.answered(message):
-            return
-        detector = self.detector
-        if not isinstance(detector, SemanticTurnDetector):
-            return  # turn detection changed since
-        stop = detector.decide(message.pause_id, message.probability)  # stale: None
-        if stop is not None:
-            await self._on_turn_event(stop, None)
-        elif looks_final(message.probability, detector.curve) and detector.in_speech:
-            self._speculate_response()
+        decided = self.turns.scored(message)
+        if isinstance(decided, SpeechStopped):
+            await self._on_turn_event(decided, None)
+        elif isinstance(decided, AnswerEarly):
+            self._answer_early()
 
     # --- speculative work during a pause (engine/speculation.py) -------------------------
 
-    def _speculate(self) -> None:
-        detector = self.detector
-        pause_ms = detector.pause_ms if detector is not None else None
-        after_ms = (
-            detector.curve.candidate_pause_ms
-            if isinstance(detector, SemanticTurnDetector)
-            else SPECULATE_AFTER_MS
-        )
-        step = speculation_step(pause_ms, self.speculation.item_id is not None, after_ms)
-        if step is Step.DISCARD:
-            self.speculation.discard()
-        elif step is Step.BEGIN and self._speech is not None:
-            item_id, start = self._speech
-            audio = self.buffer.copy(start, self.buffer.end)
-            self.speculation.begin(PromptItem(item_id, "user", audio=audio, rate=PCM_RATE))
+    def _turn_so_far(self) -> PromptItem | None:
+        if self._speech is None:
+            return None
+        item_id, start = self._speech
+        return PromptItem(item_id, "user", audio=self.buffer.copy(start, self.buffer.end))
 
-    def _speculate_response(self) -> None:
-        """The pause looks final but must grow before the turn ends: begin the answer
-        the commit would ask for, if it would ask for one at once (see
-        models/speculative_responses.py)."""
+    def _answer_early(self) -> None:
+        """Begin the answer the commit would ask for, if it would ask for one at once
+        (see models/speculative_responses.py)."""
         params = self.config.turn_detection
         if params is None or not params.create_response or self.responder.active is not None:
             return
-        if self._speech is None or self.speculation.item_id != self._speech[0]:
+        turn = self._turn_so_far()
+        if turn is None or self.turns.speculation.item_id != turn.id:
             return  # the turn itself is not being speculated on
-        item_id, start = self._speech
-        turn = PromptItem(item_id, "user", audio=self.buffer.copy(start, self.buffer.end))
         prompt = speculative_prompt(
             self.ids.new("resp"),
             self.conversation.items,
@@ -694,7 +645,7 @@ class Session:
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
         turn = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
-        self.speculation.committed(item_id)
+        self.turns.speculation.committed(item_id)
         # Closing a committed turn makes this preparation response-bound: no response
         # may start before the model has the turn.
         self.prepares.submit(
@@ -716,15 +667,12 @@ class Session:
     def _stop_turn_work(self) -> None:
         """Stop what turn detection has in flight: the end-of-turn scoring, speculation
         and held speech with its hearing."""
-        self.scoring.reset()
-        self.speculation.discard()
+        self.turns.stop_work()
         self.held.reset()
 
     def _reset_turn_detection(self) -> None:
-        self._stop_turn_work()
-        if self.detector is not None:
-            self.vad.reset()
-            self.detector.reset(self._now_ms())
+        self.held.reset()
+        self.turns.reset(self._now_ms())
 
     def _on_preparation_finished(self, message: PreparationFinished) -> None:
         error = message.error
@@ -751,7 +699,9 @@ class Session:
         )
         change = self.input.prepare(old, new, event.event_id)
         vad_changed = new.turn_detection != old.turn_detection
-        detector = self._new_detector(new.turn_detection) if vad_changed else None
+        detector = (
+            self.turns.new_detector(new.turn_detection, self._now_ms()) if vad_changed else None
+        )
         try:
             updated = self.emit.build(SessionUpdatedEvent, session=to_wire(new))
         except Exception:  # building has no side effects: refuse, keep the session
@@ -767,10 +717,9 @@ class Session:
         self.config = new
         self.input.apply(change)
         if vad_changed:
-            self._stop_turn_work()
+            self.held.reset()
+            self.turns.use(detector)
             self._speech = None
-            self.vad.reset()
-            self.detector = detector
         self.emit.send(updated)
         if new.mcp != old.mcp:
             self.mcp.sync(new.mcp)
@@ -820,13 +769,3 @@ class Session:
         self.outbox.close()
         if self.observer is not None:
             self.observer.session_closed(self.session_id)
-
-
-def _warn_no_end_of_turn() -> None:
-    global _warned_no_end_of_turn
-    if not _warned_no_end_of_turn:
-        _warned_no_end_of_turn = True
-        log.warning(
-            "semantic_vad without an end-of-turn model: turns end after %d ms of silence",
-            silence_needed_ms("auto", None),
-        )

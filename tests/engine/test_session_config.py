@@ -204,7 +204,11 @@ async def test_an_update_whose_wire_form_fails_changes_nothing(
     async with Harness() as h:
         await h.send(SETUP)
         await h.settle()
-        config, decoder, detector = h.session.config, h.session.input.decoder, h.session.detector
+        config, decoder, detector = (
+            h.session.config,
+            h.session.input.decoder,
+            h.session.turns.detector,
+        )
         assert detector is not None
 
         def broken(config: SessionConfig) -> dict[str, Any]:
@@ -232,7 +236,7 @@ async def test_an_update_whose_wire_form_fails_changes_nothing(
         )
         assert h.session.config == config
         assert h.session.input.decoder is decoder
-        assert h.session.detector is detector
+        assert h.session.turns.detector is detector
         assert len(h.of("session.updated")) == 1
 
         monkeypatch.undo()
