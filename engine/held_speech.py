@@ -24,8 +24,8 @@ from engine.input_buffer import InputBuffer
 from engine.interruption import (
     HEAR_EVERY_MS,
     Heard,
+    HearingRecognizer,
     InterruptionParams,
-    SnippetRecognizer,
     Verdict,
     Voices,
     counted,
@@ -117,7 +117,7 @@ class OffLoopHearing:
     posted to the session's mailbox."""
 
     def __init__(
-        self, recognizer: SnippetRecognizer, post: Callable[[HearingDone], None], name: str
+        self, recognizer: HearingRecognizer, post: Callable[[HearingDone], None], name: str
     ) -> None:
         self._recognizer = recognizer
         self._post = post

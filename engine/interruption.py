@@ -3,7 +3,7 @@ it interrupts. Pure decisions; the session holds the state (engine/session.py).
 
 Speech that starts while a response streams, or while its audio still plays at the
 client (by the clock of what was sent), is *held*: no `speech_started` (clients
-flush their playback on it), no barge-in. From `min_speech_ms` on, the snippet
+flush their playback on it), no barge-in. From `min_speech_ms` on, the hearing
 recognizer hears it, and hears it again every `HEAR_EVERY_MS` of further speech
 (a hearing takes ~50 ms): it qualifies as soon as the recognizer is *sure* of words
 that are not a backchannel, said by one voice (the waveform's kurtosis,
@@ -114,7 +114,7 @@ class InterruptionParams:
     one_voice_kurtosis: float = ONE_VOICE_KURTOSIS  # 0: always one voice
 
 
-class SnippetRecognizer(Protocol):
+class HearingRecognizer(Protocol):
     """Hears held speech (24 kHz pcm16 in): its transcript ("" when there are no
     words), None when it cannot tell. models/listening/hearing.py implements it."""
 
@@ -122,7 +122,7 @@ class SnippetRecognizer(Protocol):
 
 
 class Heard(Enum):
-    """What the snippet classifier made of held speech."""
+    """What a hearing made of held speech."""
 
     WORDS = "words"  # a real interruption
     UNSURE = "unsure"  # words, but the recognizer is not sure: talk in the background?
@@ -153,7 +153,7 @@ def voices_of(kurtosis: float, params: InterruptionParams) -> Voices:
 
 class Verdict(Enum):
     WAIT = "wait"  # keep holding
-    CLASSIFY = "classify"  # ask the classifier about the snippet so far
+    CLASSIFY = "classify"  # hear the held speech so far
     INTERRUPT = "interrupt"  # release speech_started and barge in
     DROP = "drop"  # it ended without qualifying: no turn
 

@@ -51,7 +51,7 @@ from engine.held_speech import Drop, HearingDone, HeldSpeech, Interrupt, OffLoop
 from engine.history import audio_to_release, items_to_drop
 from engine.input_audio import InputAudio
 from engine.input_buffer import InputBuffer
-from engine.interruption import InterruptionParams, SnippetRecognizer, holds
+from engine.interruption import HearingRecognizer, InterruptionParams, holds
 from engine.item_events import ItemEvents
 from engine.items import prompt_item
 from engine.limits import EngineLimits
@@ -100,7 +100,7 @@ class Session:
         preset: protocol.SessionIn | tuple[protocol.SessionIn, ...] | None = None,
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
-        snippets: SnippetRecognizer | None = None,
+        hearing: HearingRecognizer | None = None,
         clock: Callable[[], float] = time.monotonic,
         mcp_client: McpClient | None = None,
     ) -> None:
@@ -141,7 +141,7 @@ class Session:
         # Speech while the assistant is audible; its recognizer (shared by all
         # sessions) hears it; None: duration alone qualifies it.
         self.held = HeldSpeech(
-            None if snippets is None else OffLoopHearing(snippets, self._post, self.session_id)
+            None if hearing is None else OffLoopHearing(hearing, self._post, self.session_id)
         )
         self.playback_clock = PlaybackClock()
         self.prepares = PrepareChain(

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from engine.end_of_turn import EndOfTurnModel
-from engine.interruption import SnippetRecognizer
+from engine.interruption import HearingRecognizer
 from engine.limits import EngineLimits
 from engine.mcp.client import McpClient
 from engine.observer import Observer
@@ -128,7 +128,7 @@ class SessionHub:
     # semantic_vad's end-of-turn model, shared by the process's sessions (None: its
     # turns end on fixed silence).
     end_of_turn: EndOfTurnModel | None = None
-    hearing: SnippetRecognizer | None = None  # hears held speech
+    hearing: HearingRecognizer | None = None  # hears held speech
     mcp_client: McpClient | None = None  # reaches the MCP servers sessions name (None: none)
     draining: bool = dataclasses.field(default=False, init=False)
     # Set while no session is open (for tests and graceful shutdown).
@@ -190,7 +190,7 @@ class SessionHub:
             preset=preset,
             observer=self.observer,
             end_of_turn=self.end_of_turn,
-            snippets=self.hearing,
+            hearing=self.hearing,
             mcp_client=self.mcp_client,
         )
 

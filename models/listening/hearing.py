@@ -129,7 +129,7 @@ class _Whisper:
 
 
 class WhisperHearing:
-    """The hearing recognizer: `SnippetRecognizer` of engine/interruption.py
+    """The hearing recognizer: `HearingRecognizer` of engine/interruption.py
     (structurally: models do not import engine)."""
 
     def __init__(self, model: str = "tiny.en", threads: int = 1, parallel: int = 2) -> None:

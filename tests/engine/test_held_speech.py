@@ -17,7 +17,7 @@ from bench.turns.scenarios import make_scenarios
 from models.listening.vad import SileroOnnxBackend
 from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
-from tests.support.fake_hearing import FakeHearing as FakeSnippets
+from tests.support.fake_hearing import FakeHearing
 from tests.support.harness import Harness
 
 
@@ -52,10 +52,10 @@ def spoken(*names: str, gap_ms: int = 900) -> npt.NDArray[np.int16]:
     return np.concatenate(parts).astype(np.int16)
 
 
-async def answer_all(h: Harness, snippets: FakeSnippets, text: str, *, sure: bool = True) -> int:
+async def answer_all(h: Harness, hearing: FakeHearing, text: str, *, sure: bool = True) -> int:
     """Answer every hearing the session asks for, as it asks; how many there were."""
     n = 0
-    while snippets.answer(text, sure=sure):
+    while hearing.answer(text, sure=sure):
         n += 1
         await handled(h)
     return n
@@ -77,13 +77,13 @@ def finish(executor: ScriptedExecutor) -> None:
 
 
 async def test_a_backchannel_is_no_turn_and_the_answer_plays_on() -> None:
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await h.send(update())
         await speaking(h)
         await append_chunked(h, spoken("weather"))
         await handled(h)
-        assert await answer_all(h, snippets, "Mm-hm.") >= 2  # as it grew, then whole
+        assert await answer_all(h, hearing, "Mm-hm.") >= 2  # as it grew, then whole
         assert h.of("input_audio_buffer.speech_started") == []
         assert h.of("input_audio_buffer.committed") == []
         assert h.responses_done() == []  # still answering
@@ -94,14 +94,14 @@ async def test_a_backchannel_is_no_turn_and_the_answer_plays_on() -> None:
 
 
 async def test_a_real_interruption_goes_out_with_its_true_start_and_cancels() -> None:
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await speech_during_an_answer(h)
         assert h.of("input_audio_buffer.speech_started") == []  # held
-        [_] = snippets.pending()  # one hearing at a time
-        heard_pcm = snippets.calls[0][0]
+        [_] = hearing.pending()  # one hearing at a time
+        heard_pcm = hearing.calls[0][0]
         assert len(heard_pcm) >= 24_000 // 5  # at least min_speech_ms of the speech
-        snippets.answer("Wait, stop.")
+        hearing.answer("Wait, stop.")
         await handled(h)
         [started] = h.of("input_audio_buffer.speech_started")
         assert 0 <= started["audio_start_ms"] <= 300  # before the speech, not at release
@@ -117,14 +117,14 @@ async def test_a_real_interruption_goes_out_with_its_true_start_and_cancels() ->
 
 
 async def test_speech_that_ends_while_heard_commits_once_it_is_heard_as_words() -> None:
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await h.send(update())
         await speaking(h)
         await append_chunked(h, spoken("weather"))  # the speech and the silence that ends it
         await handled(h)
         assert h.of("input_audio_buffer.speech_stopped") == []  # nothing yet
-        await answer_all(h, snippets, "what is the weather like")
+        await answer_all(h, hearing, "what is the weather like")
         types = [e["type"] for e in h.events]
         order = ["speech_started", "speech_stopped", "committed"]
         at = [types.index(f"input_audio_buffer.{t}") for t in order]
@@ -153,28 +153,28 @@ async def test_without_a_recognizer_duration_decides() -> None:
 
 
 async def test_nothing_is_held_while_the_assistant_is_silent() -> None:
-    snippets = FakeSnippets()
-    async with Harness(snippets=snippets) as h:
+    hearing = FakeHearing()
+    async with Harness(hearing=hearing) as h:
         await h.send(update())
         await h.settle()
         await append_chunked(h, spoken("weather"))
         await h.settle()
         assert len(h.of("input_audio_buffer.speech_started")) == 1
         assert len(h.of("input_audio_buffer.committed")) == 1
-        assert snippets.calls == []
+        assert hearing.calls == []
 
 
 async def test_two_held_utterances_in_one_append_are_two_turns() -> None:
     # Both end inside one large append, before the recognizer can answer: the first is
     # decided by its duration when the second starts; each turn holds its own speech.
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await h.send(update())
         await speaking(h)
         first, second = load_wav("weather"), load_wav("lights")
         await h.append(spoken("weather", "lights"))
         await handled(h)
-        await answer_all(h, snippets, "tell me more about it")
+        await answer_all(h, hearing, "tell me more about it")
         finish(executor)
         await h.settle()
         committed = h.of("input_audio_buffer.committed")
@@ -193,8 +193,8 @@ async def test_words_the_recognizer_is_unsure_of_are_heard_again_then_dropped() 
     """Background talk heard as words: each hearing of the growing speech is unsure
     and no two in a row share a word, so it never interrupts; once ended it is heard
     whole, and dropped."""
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await h.send(update())
         await speaking(h)
         audio, step = spoken("weather"), 24_000 * 3 // 10
@@ -202,10 +202,10 @@ async def test_words_the_recognizer_is_unsure_of_are_heard_again_then_dropped() 
         for at in range(0, len(audio), step):  # answered as it comes, 300 ms at a time
             await append_chunked(h, audio[at : at + step])
             await handled(h)
-            while snippets.answer(BABBLE[heard % len(BABBLE)], sure=False):
+            while hearing.answer(BABBLE[heard % len(BABBLE)], sure=False):
                 heard += 1
                 await handled(h)
-        lengths = [len(pcm) for pcm, _ in snippets.calls]
+        lengths = [len(pcm) for pcm, _ in hearing.calls]
         assert len(lengths) >= 4 and lengths == sorted(lengths)  # heard again as it grew
         assert h.of("input_audio_buffer.speech_started") == []
         assert h.of("input_audio_buffer.committed") == [] and h.responses_done() == []
@@ -215,13 +215,13 @@ async def test_words_the_recognizer_is_unsure_of_are_heard_again_then_dropped() 
 
 
 async def test_a_long_run_of_unsure_words_interrupts() -> None:
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await h.send(update(max_backchannel_ms=800))
         await speaking(h)
         await append_chunked(h, spoken("weather"))  # about 1.5 s of speech
         await handled(h)
-        await answer_all(h, snippets, "I think that the weather", sure=False)
+        await answer_all(h, hearing, "I think that the weather", sure=False)
         assert len(h.of("input_audio_buffer.speech_started")) == 1
         assert [r["status"] for r in h.responses_done()] == ["cancelled"]
         finish(executor)
@@ -230,13 +230,13 @@ async def test_a_long_run_of_unsure_words_interrupts() -> None:
 async def test_two_unsure_hearings_in_a_row_that_agree_interrupt() -> None:
     """A real interruption the recognizer is unsure of ("No." in a Scottish voice, three
     times over): two hearings in a row that share a strong word qualify it."""
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await speech_during_an_answer(h)
-        snippets.answer("No.", sure=False)
+        hearing.answer("No.", sure=False)
         await handled(h)
         assert h.of("input_audio_buffer.speech_started") == []
-        snippets.answer("No, that's", sure=False)
+        hearing.answer("No, that's", sure=False)
         await handled(h)
         assert len(h.of("input_audio_buffer.speech_started")) == 1
         assert [r["status"] for r in h.responses_done()] == ["cancelled"]
@@ -246,15 +246,15 @@ async def test_two_unsure_hearings_in_a_row_that_agree_interrupt() -> None:
 async def test_a_sure_hearing_of_very_short_speech_waits_for_the_next() -> None:
     """First heard at 100 ms of speech (below SURE_ALONE_MS): sure words there are not
     trusted alone; the next hearing that agrees releases the speech."""
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await speech_during_an_answer(h, min_speech_ms=100)
-        snippets.answer("Run.")
+        hearing.answer("Run.")
         await handled(h)
         assert h.of("input_audio_buffer.speech_started") == []
-        snippets.answer("Run, stop.")
+        hearing.answer("Run, stop.")
         await handled(h)
-        assert len(snippets.calls) == 2
+        assert len(hearing.calls) == 2
         assert len(h.of("input_audio_buffer.speech_started")) == 1
         finish(executor)
 
@@ -276,23 +276,23 @@ async def test_background_talk_never_interrupts_however_sure_its_words(
     (Whisper heard one of these talkers' "No" over and over): it sounds like several
     voices, so its words never count, and once it ends it is dropped. With the voice
     count off (both thresholds 0) the same words interrupt at the first hearing."""
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await h.send(update(**count))
         await speaking(h)
         audio, step = np.concatenate([silence(300), babble(), silence(900)]), 24_000 // 10
         for at in range(0, len(audio), step):  # answered as it comes
             await append_chunked(h, audio[at : at + step])
             await handled(h)
-            while snippets.answer("No, I don't."):
+            while hearing.answer("No, I don't."):
                 await handled(h)
         if interrupts:
-            assert len(snippets.calls) == 1
+            assert len(hearing.calls) == 1
             assert len(h.of("input_audio_buffer.speech_started")) == 1
             assert [r["status"] for r in h.responses_done()] == ["cancelled"]
             finish(executor)
             return
-        assert len(snippets.calls) >= 10  # heard again as it grew, then whole
+        assert len(hearing.calls) >= 10  # heard again as it grew, then whole
         assert h.of("input_audio_buffer.speech_started") == []
         assert h.of("input_audio_buffer.committed") == [] and h.responses_done() == []
         finish(executor)
@@ -304,13 +304,13 @@ async def test_sure_words_count_once_the_speech_sounds_like_one_voice() -> None:
     """Held speech that begins in background talk: its first hearing's sure words wait
     while it sounds like several voices; once the user's own voice carries it, those
     words release it at once, without waiting for the next hearing."""
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await h.send(update())
         await speaking(h)
         await append_chunked(h, np.concatenate([silence(300), babble()[: 24_000 * 3 // 10]]))
         await handled(h)
-        assert snippets.answer("Wait.")  # sure, but of what sounds like several voices
+        assert hearing.answer("Wait.")  # sure, but of what sounds like several voices
         await handled(h)
         assert h.of("input_audio_buffer.speech_started") == []
         user = load_wav("weather")
@@ -322,7 +322,7 @@ async def test_sure_words_count_once_the_speech_sounds_like_one_voice() -> None:
         assert len(h.of("input_audio_buffer.speech_started")) == 1
         assert [r["status"] for r in h.responses_done()] == ["cancelled"]
         # Released on the first hearing's words: the next one, under way, was cancelled.
-        assert [f.cancelled() for _, f in snippets.calls] == [False, True]
+        assert [f.cancelled() for _, f in hearing.calls] == [False, True]
         finish(executor)
 
 
@@ -336,8 +336,8 @@ async def test_music_is_no_voice_however_long(count: dict[str, float], interrupt
     Gaussian's), so no voice at all, and never an interruption; with the voice count off
     it interrupts by its length."""
     music = next(it.audio for it in make_scenarios(15).items if it.text == "music")
-    executor, snippets = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeSnippets()
-    async with Harness(executor, snippets=snippets) as h:
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
         await h.send(update(max_backchannel_ms=800, **count))
         await speaking(h)
         audio, step = np.concatenate([silence(300), music, silence(900)]), 24_000 // 10
@@ -345,11 +345,11 @@ async def test_music_is_no_voice_however_long(count: dict[str, float], interrupt
         for at in range(0, len(audio), step):
             await append_chunked(h, audio[at : at + step])
             await handled(h)
-            while snippets.answer(heard[len(snippets.calls) % len(heard)], sure=False):
+            while hearing.answer(heard[len(hearing.calls) % len(heard)], sure=False):
                 await handled(h)
         started = len(h.of("input_audio_buffer.speech_started"))
         assert started == (1 if interrupts else 0)
-        assert len(snippets.calls) >= (3 if interrupts else 10)
+        assert len(hearing.calls) >= (3 if interrupts else 10)
         finish(executor)
         await h.settle()
         first = h.responses_done()[0]  # the answer (an interruption gets its own)

@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.emitter import OutEvent
 from engine.end_of_turn import EndOfTurnModel
-from engine.interruption import SnippetRecognizer
+from engine.interruption import HearingRecognizer
 from engine.limits import EngineLimits
 from engine.mcp.client import McpClient
 from engine.observer import Observer
@@ -39,7 +39,7 @@ class Harness:
         limits: EngineLimits | None = None,
         observer: Observer | None = None,
         end_of_turn: EndOfTurnModel | None = None,
-        snippets: SnippetRecognizer | None = None,
+        hearing: HearingRecognizer | None = None,
         clock: Callable[[], float] | None = None,
         mcp_client: McpClient | None = None,
     ) -> None:
@@ -51,7 +51,7 @@ class Harness:
             limits=limits,
             observer=observer,
             end_of_turn=end_of_turn,
-            snippets=snippets,
+            hearing=hearing,
             mcp_client=mcp_client,
             **({} if clock is None else {"clock": clock}),
         )

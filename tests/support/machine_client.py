@@ -34,7 +34,7 @@ class MachineClient:
         self.executor = ControlledExecutor()
         self.hearing = FakeHearing()  # hears held speech when a rule says so
         self.session = Session(
-            self.executor, WebRtcVadBackend(), model="test", limits=limits, snippets=self.hearing
+            self.executor, WebRtcVadBackend(), model="test", limits=limits, hearing=self.hearing
         )
         self.ledger = EventLedger()
         self.events: list[dict[str, Any]] = []
