@@ -33,7 +33,9 @@ from typing import Any, TypeVar, get_args
 import numpy as np
 import numpy.typing as npt
 from openai import BaseModel as SdkModel
+from openai.types.realtime import RealtimeErrorEvent
 
+from engine.protocol import ProtocolError
 from models.listening.echo import FarEnd
 
 E = TypeVar("E", bound=SdkModel)
@@ -253,6 +255,19 @@ class Emitter:
         only once its event is known to serialize (then `send` it)."""
         event, text = self._event(cls, fields)
         return OutEvent(text, _TYPES[cls], response_id=_response_of(event))
+
+    def error(self, exc: ProtocolError) -> None:
+        """An `error` event in OpenAI's shape (type, code, message, param, event_id)."""
+        self.control(
+            RealtimeErrorEvent,
+            error={
+                "type": exc.type,
+                "code": exc.code,
+                "message": exc.message,
+                "param": exc.param,
+                "event_id": exc.event_id,
+            },
+        )
 
     def send(self, event: OutEvent) -> None:
         """Queue a control event from `build`."""

@@ -191,6 +191,11 @@ class HeldSpeech:
         self._requests = 0
         self.held: Held | None = None
 
+    @property
+    def ended(self) -> bool:
+        """Speech is held that has ended: its verdict is still to come."""
+        return self.held is not None and self.held.stop is not None
+
     def hold(self, item_id: str, start: int, audio_start_ms: int, onset_ms: int) -> None:
         self.held = Held(item_id, start, audio_start_ms, onset_ms, onset_ms)
 

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from openai.types.realtime import (
     ConversationItemAdded,
     ConversationItemDeletedEvent,
@@ -17,6 +19,8 @@ from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids, Outbox
 from engine.items import item_from_wire
 from engine.responder import Responder
+
+log = logging.getLogger(__name__)
 
 
 class ItemEvents:
@@ -130,3 +134,18 @@ class ItemEvents:
             content_index=0,
             audio_end_ms=end_ms,
         )
+
+    async def truncate_played(self, item_id: str, played_ms: int) -> None:
+        """A playout the server paces dropped the rest of the item's audio: it keeps
+        what was played (as OpenAI truncates an interrupted answer over WebRTC by
+        itself)."""
+        truncate = protocol.ConversationItemTruncate(
+            type="conversation.item.truncate",
+            item_id=item_id,
+            content_index=0,
+            audio_end_ms=played_ms,
+        )
+        try:
+            await self.truncate(truncate)
+        except protocol.ProtocolError as exc:  # the client deleted it meanwhile
+            log.debug("no truncation after playout: %s", exc)

@@ -38,7 +38,6 @@ from openai.types.realtime import (
     InputAudioBufferSpeechStartedEvent,
     InputAudioBufferSpeechStoppedEvent,
     InputAudioBufferTimeoutTriggered,
-    RealtimeErrorEvent,
     SessionCreatedEvent,
     SessionUpdatedEvent,
 )
@@ -340,16 +339,7 @@ class Session:
                 self.mcp.listed(m)
 
     def _error(self, exc: protocol.ProtocolError) -> None:
-        self.emit.control(
-            RealtimeErrorEvent,
-            error={
-                "type": exc.type,
-                "code": exc.code,
-                "message": exc.message,
-                "param": exc.param,
-                "event_id": exc.event_id,
-            },
-        )
+        self.emit.error(exc)
         if self.observer is not None:
             self.observer.error_sent(self.session_id, exc.code)
 
@@ -399,15 +389,13 @@ class Session:
         for turn_event in events:
             await self._on_turn_event(turn_event, received_at)
         self.turns.after_frames(self._turn_so_far)
-        if self.held.held is not None:
-            if self.held.held.stop is None and detector.in_speech:
-                self.held.grew(self._now_ms() - (detector.pause_ms or 0))
-            await self._advance_held()
+        if detector.in_speech:
+            self.held.grew(self._now_ms() - (detector.pause_ms or 0))
+        await self._advance_held()
         full = len(self.buffer) > self.buffer.ms_to_pos(self.limits.max_buffer_ms)
-        ended = self.held.held is not None and self.held.held.stop is not None
-        if ended and full:
+        if self.held.ended and full:
             await self._advance_held(final=True)  # no more waiting for the recognizer
-        if self.held.held is not None and self.held.held.stop is not None:
+        if self.held.ended:
             pass  # its audio waits in the buffer for the verdict
         elif not detector.in_speech:
             self._check_idle_timeout()
@@ -488,18 +476,8 @@ class Session:
         # The server played it: its playback ended now, not at the estimate made when
         # the answer ended (held speech and idle_timeout_ms count from here).
         self.playback_clock.reported(played, self._now_ms())
-        if played.item_id is None:
-            return
-        truncate = protocol.ConversationItemTruncate(
-            type="conversation.item.truncate",
-            item_id=played.item_id,
-            content_index=0,
-            audio_end_ms=played.played_ms,
-        )
-        try:
-            await self.items.truncate(truncate)
-        except protocol.ProtocolError as exc:  # the client deleted it meanwhile
-            log.debug("session %s: no truncation after playout: %s", self.session_id, exc)
+        if played.item_id is not None:
+            await self.items.truncate_played(played.item_id, played.played_ms)
 
     # --- qualified interruption (engine/held_speech.py) ------------------------------
 
