@@ -91,7 +91,7 @@ class Mailbox:
 
     def taken(self, message: Message) -> None:
         """`message` is handled: a client's frees its slot."""
-        if not isinstance(message, InternalMessage):
+        if not isinstance(message, InternalMessage | Close | Drain | End):
             self._slots.release()
 
     def empty(self) -> bool:
