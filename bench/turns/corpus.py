@@ -4,7 +4,6 @@ espeak-ng voices and rates. Synthesized once per seed and cached in the temp dir
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import tempfile
@@ -13,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.turns.cache import cached, spec_key
 from bench.turns.noise import Pcm16, mix, noise_bed, speech_rms
-from bench.turns.synth import speak
-from bench.vad_backends import speech_extent_ms
+from bench.turns.synth import speak, trimmed
 from models.base import PCM_RATE
 
 QUESTIONS = [
@@ -105,25 +104,11 @@ def _zeros(ms: int) -> Pcm16:
     return np.zeros(ms * PCM_RATE // 1000, dtype=np.int16)
 
 
-def _trimmed(pcm: Pcm16) -> Pcm16:
-    start, end = speech_extent_ms(pcm)
-    return pcm[start * PCM_RATE // 1000 : end * PCM_RATE // 1000]
-
-
-def _spec_key(seed: int) -> str:
-    spec = [seed, QUESTIONS, HESITATIONS, PAUSE_MS, BABBLE, VOICES, RATES_WPM, SNRS_DB]
-    return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
-
-
 def make_corpus(seed: int, cache_dir: Path | None = CACHE_DIR) -> Corpus:
     """The set for `seed`, from the cache when it was made before."""
-    path = None if cache_dir is None else cache_dir / f"seed-{seed}-{_spec_key(seed)}.npz"
-    if path is not None and path.exists():
-        return _load(seed, path)
-    corpus = _synthesize(seed)
-    if path is not None:
-        _save(corpus, path)
-    return corpus
+    key = spec_key([seed, QUESTIONS, HESITATIONS, PAUSE_MS, BABBLE, VOICES, RATES_WPM, SNRS_DB])
+    path = None if cache_dir is None else cache_dir / f"seed-{seed}-{key}.npz"
+    return cached(path, lambda: _synthesize(seed), _save, lambda at: _load(seed, at))
 
 
 def _synthesize(seed: int) -> Corpus:
@@ -131,12 +116,12 @@ def _synthesize(seed: int) -> Corpus:
     items: list[Item] = []
     for i, text in enumerate(QUESTIONS):
         voice, rate = rng.choice(VOICES), rng.choice(RATES_WPM)
-        pcm = _trimmed(speak(text, voice, rate))
+        pcm = trimmed(speak(text, voice, rate))
         items.append(Item(f"complete-{i:02d}", "complete", text, voice, rate, pcm, [(0, _ms(pcm))]))
     for i, (first, second) in enumerate(HESITATIONS):
         voice, rate = rng.choice(VOICES), rng.choice(RATES_WPM)
-        a = _trimmed(speak(first + ",", voice, rate))
-        b = _trimmed(speak(second, voice, rate))
+        a = trimmed(speak(first + ",", voice, rate))
+        b = trimmed(speak(second, voice, rate))
         pause = _zeros(rng.randint(*PAUSE_MS))
         pcm = np.concatenate([a, pause, b])
         spans = [(0, _ms(a)), (_ms(a) + _ms(pause), _ms(pcm))]
@@ -158,7 +143,7 @@ def _synthesize(seed: int) -> Corpus:
                     rng.randrange(2**31),
                 )
             )
-    babble = [_trimmed(speak(text, voice, rate)) for voice, rate, text in BABBLE]
+    babble = [trimmed(speak(text, voice, rate)) for voice, rate, text in BABBLE]
     return Corpus(seed, items, babble)
 
 
