@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from bench.turns.noise import mix, noise_bed, pink, speech_rms
 from bench.turns.run import MODES, TURN_MODES, truth_of
 from bench.turns.score import Truth, Turn, classify, p50_p90, summarize
 from bench.turns.stream import CHUNK_MS, applied_type
-from bench.turns.synth import INSTALL_HINT
+from tests.support.espeak import require_espeak
 
 ROOT = Path(__file__).resolve().parents[2]
 # Speech 1000-3000 ms; the chunk holding its last sample was sent at t = 10.0 s.
@@ -156,11 +155,6 @@ def test_make_eval_turns_runs_the_tool_and_system_deps_installs_espeak() -> None
     assert "-m bench.turns" in recipe.group(1)
     deps = re.search(r"^system-deps:.*\n((?:\t.*\n)+)", makefile, re.M)
     assert deps is not None and "apt-get install -y -qq espeak-ng" in deps.group(1)
-
-
-def require_espeak() -> None:
-    if shutil.which("espeak-ng") is None:
-        pytest.fail(INSTALL_HINT)
 
 
 def test_the_set_is_the_same_for_the_same_seed_and_cached(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from bench.turns.interrupt_score import Heard, react, summarize_kind, table
 from bench.turns.interruptions import CHUNK, mic_chunk
 from bench.turns.scenarios import KINDS, TALKOVER, TALKOVER_DB, Scenario, make_scenarios
 from bench.turns.speaker import Speaker
-from bench.turns.synth import INSTALL_HINT
+from tests.support.espeak import require_espeak
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,11 +130,6 @@ def test_make_eval_turns_measures_interruptions_too() -> None:
     makefile = (ROOT / "Makefile").read_text()
     recipe = re.search(r"^eval-turns:.*\n((?:\t.*\n)+)", makefile, re.M)
     assert recipe is not None and "--scenarios interruptions" in recipe.group(1)
-
-
-def require_espeak() -> None:
-    if shutil.which("espeak-ng") is None:
-        pytest.fail(INSTALL_HINT)
 
 
 def test_the_set_is_seeded_cached_and_ten_of_each_kind(tmp_path: Path) -> None:
