@@ -4,7 +4,6 @@ espeak-ng voices and rates. Synthesized once per seed and cached in the temp dir
 
 from __future__ import annotations
 
-import json
 import random
 import tempfile
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.turns.cache import cached, spec_key
+from bench.turns.cache import cached, load_npz, save_npz, spec_key
 from bench.turns.noise import Pcm16, mix, noise_bed, speech_rms
 from bench.turns.synth import speak, trimmed
 from models.base import PCM_RATE
@@ -152,36 +151,19 @@ def _ms(pcm: Pcm16) -> int:
 
 
 def _save(corpus: Corpus, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = [
         {k: getattr(it, k) for k in ("name", "set", "text", "voice", "rate_wpm", "segments")}
         | {"snr_db": it.snr_db, "noise_seed": it.noise_seed}
         for it in corpus.items
     ]
-    # arr_0 the metadata, then each item's speech, then each babble track.
-    tracks = [it.speech for it in corpus.items] + corpus.babble
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, np.array(json.dumps(meta)), *tracks)
-    tmp.replace(path)
+    # Each item's speech, then each babble track.
+    save_npz(path, meta, [it.speech for it in corpus.items] + corpus.babble)
 
 
 def _load(seed: int, path: Path) -> Corpus:
-    with np.load(path) as data:
-        meta = json.loads(str(data["arr_0"]))
-        items = [
-            Item(
-                m["name"],
-                m["set"],
-                m["text"],
-                m["voice"],
-                m["rate_wpm"],
-                data[f"arr_{1 + i}"].astype(np.int16),
-                [(a, b) for a, b in m["segments"]],
-                m["snr_db"],
-                m["noise_seed"],
-            )
-            for i, m in enumerate(meta)
-        ]
-        first = 1 + len(items)
-        babble = [data[f"arr_{first + i}"].astype(np.int16) for i in range(len(BABBLE))]
-    return Corpus(seed, items, babble)
+    meta, tracks = load_npz(path)
+    items = [
+        Item(**m | {"speech": speech, "segments": [(a, b) for a, b in m["segments"]]})
+        for m, speech in zip(meta, tracks, strict=False)
+    ]
+    return Corpus(seed, items, tracks[len(items) :])

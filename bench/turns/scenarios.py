@@ -8,7 +8,6 @@ fixtures of bench/speech, one after another, twice (about 16 s)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import statistics
 import wave
@@ -19,7 +18,7 @@ import numpy as np
 
 from bench.speech import FIXTURES, load_wav, silence
 from bench.turns.bursts import BURSTS, make_burst
-from bench.turns.cache import cached, spec_key
+from bench.turns.cache import cached, load_npz, save_npz, spec_key
 from bench.turns.corpus import BABBLE, CACHE_DIR, RATES_WPM, VOICES
 from bench.turns.noise import Pcm16, speech_rms
 from bench.turns.synth import speak, trimmed
@@ -164,30 +163,13 @@ _FIELDS = ("name", "kind", "text", "voice", "offset_ms", "echo_db", "echo_delay_
 
 
 def _save(made: ScenarioSet, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = [{k: getattr(it, k) for k in _FIELDS} for it in made.items]
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, np.array(json.dumps(meta)), *[it.audio for it in made.items])
-    tmp.replace(path)
+    save_npz(path, meta, [it.audio for it in made.items])
 
 
 def _load(seed: int, path: Path) -> ScenarioSet:
-    with np.load(path) as data:
-        meta = json.loads(str(data["arr_0"]))
-        items = [
-            Scenario(
-                m["name"],
-                m["kind"],
-                m["text"],
-                m["voice"],
-                data[f"arr_{1 + i}"].astype(np.int16),
-                m["offset_ms"],
-                m["echo_db"],
-                m["echo_delay_ms"],
-            )
-            for i, m in enumerate(meta)
-        ]
-    return ScenarioSet(seed, items)
+    meta, tracks = load_npz(path)
+    return ScenarioSet(seed, [Scenario(**m, audio=a) for m, a in zip(meta, tracks, strict=True)])
 
 
 def assistant_wav(cache_dir: Path = CACHE_DIR) -> Path:
