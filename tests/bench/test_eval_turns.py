@@ -5,7 +5,6 @@ server whose report holds together."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,8 @@ from bench.turns.run import MODES, TURN_MODES, truth_of
 from bench.turns.score import Truth, Turn, classify, p50_p90, summarize
 from bench.turns.stream import CHUNK_MS, applied_type
 from tests.support.espeak import require_espeak
+from tests.support.makefile import recipe
 
-ROOT = Path(__file__).resolve().parents[2]
 # Speech 1000-3000 ms; the chunk holding its last sample was sent at t = 10.0 s.
 TRUTH = Truth([(1000, 3000)], end_sent_t=10.0)
 HESITATION = Truth([(1000, 2000), (2800, 4000)], end_sent_t=10.0)
@@ -149,12 +148,8 @@ def test_every_mode_the_issue_names_is_measured() -> None:
 
 
 def test_make_eval_turns_runs_the_tool_and_system_deps_installs_espeak() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    recipe = re.search(r"^eval-turns:.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert recipe is not None, "no eval-turns target in the Makefile"
-    assert "-m bench.turns" in recipe.group(1)
-    deps = re.search(r"^system-deps:.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert deps is not None and "apt-get install -y -qq espeak-ng" in deps.group(1)
+    assert "-m bench.turns" in recipe("eval-turns")
+    assert "apt-get install -y -qq espeak-ng" in recipe("system-deps")
 
 
 def test_the_set_is_the_same_for_the_same_seed_and_cached(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ the seeded set, and one backchannel and one interrupting sentence through a real
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,7 @@ from bench.turns.interruptions import CHUNK, mic_chunk
 from bench.turns.scenarios import KINDS, TALKOVER, TALKOVER_DB, Scenario, make_scenarios
 from bench.turns.speaker import Speaker
 from tests.support.espeak import require_espeak
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.makefile import recipe
 
 
 def test_a_cancel_after_the_onset_is_timed_from_the_onset_chunk() -> None:
@@ -127,9 +125,7 @@ def test_every_burst_is_seeded_loud_and_not_silent() -> None:
 
 
 def test_make_eval_turns_measures_interruptions_too() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    recipe = re.search(r"^eval-turns:.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert recipe is not None and "--scenarios interruptions" in recipe.group(1)
+    assert "--scenarios interruptions" in recipe("eval-turns")
 
 
 def test_the_set_is_seeded_cached_and_ten_of_each_kind(tmp_path: Path) -> None:
