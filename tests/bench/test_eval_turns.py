@@ -16,7 +16,7 @@ from bench.turns.noise import mix, noise_bed, pink, speech_rms
 from bench.turns.run import MODES, TURN_MODES, truth_of
 from bench.turns.score import Truth, Turn, classify, p50_p90, summarize
 from bench.turns.stream import CHUNK_MS, applied_type
-from tests.support.espeak import require_espeak
+from tests.support.espeak import made_twice, require_espeak
 from tests.support.makefile import recipe
 
 # Speech 1000-3000 ms; the chunk holding its last sample was sent at t = 10.0 s.
@@ -153,10 +153,7 @@ def test_make_eval_turns_runs_the_tool_and_system_deps_installs_espeak() -> None
 
 
 def test_the_set_is_the_same_for_the_same_seed_and_cached(tmp_path: Path) -> None:
-    require_espeak()
-    made = make_corpus(4, cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("seed-4-*.npz"))) == 1
-    again = make_corpus(4, cache_dir=tmp_path)
+    made, again = made_twice(make_corpus, tmp_path, "seed")
     assert [i.name for i in made.items] == [i.name for i in again.items]
     assert all(
         np.array_equal(a.speech, b.speech) for a, b in zip(made.items, again.items, strict=True)

@@ -16,7 +16,7 @@ from bench.turns.interrupt_score import Heard, react, summarize_kind, table
 from bench.turns.interruptions import CHUNK, mic_chunk
 from bench.turns.scenarios import KINDS, TALKOVER, TALKOVER_DB, Scenario, make_scenarios
 from bench.turns.speaker import Speaker
-from tests.support.espeak import require_espeak
+from tests.support.espeak import made_twice, require_espeak
 from tests.support.makefile import recipe
 
 
@@ -129,10 +129,7 @@ def test_make_eval_turns_measures_interruptions_too() -> None:
 
 
 def test_the_set_is_seeded_cached_and_ten_of_each_kind(tmp_path: Path) -> None:
-    require_espeak()
-    made = make_scenarios(4, cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("interruptions-4-*.npz"))) == 1
-    again = make_scenarios(4, cache_dir=tmp_path)
+    made, again = made_twice(make_scenarios, tmp_path, "interruptions")
     assert [(i.name, i.offset_ms) for i in made.items] == [
         (i.name, i.offset_ms) for i in again.items
     ]
