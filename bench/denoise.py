@@ -7,7 +7,6 @@ Prints a table and writes bench/results/denoise.json.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.machine import machine
+from bench.results import print_table, write_results
 from bench.speech import load_wav, silence
 from models.base import PCM_RATE
 from models.listening.denoise import Denoiser
@@ -54,17 +54,19 @@ def main() -> None:
     quiet = slice(PCM_RATE // 10, PCM_RATE * 9 // 10)  # noise alone
     rows = [measure(kind, mixed, quiet) for kind in ("near_field", "far_field")]
     print("noise reduction, 20 ms appends, best of", REPEATS)
-    print("type | CPU ms per audio s | noise dBFS before | after")
-    for r in rows:
-        print(
-            f"{r['type']} | {r['cpu_ms_per_audio_s']} | {r['noise_db_before'] - 90.3:.1f}"
-            f" | {r['noise_db_after'] - 90.3:.1f}"
-        )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps({"machine": machine(["pywebrtc-audio", "soxr"]), "rows": rows}, indent=1) + "\n"
+    print_table(
+        "type | CPU ms per audio s | noise dBFS before | after",
+        (
+            [
+                r["type"],
+                r["cpu_ms_per_audio_s"],
+                f"{r['noise_db_before'] - 90.3:.1f}",
+                f"{r['noise_db_after'] - 90.3:.1f}",
+            ]
+            for r in rows
+        ),
     )
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, {"machine": machine(["pywebrtc-audio", "soxr"]), "rows": rows}, 1)
 
 
 if __name__ == "__main__":

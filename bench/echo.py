@@ -13,7 +13,6 @@ Prints a table and writes bench/results/echo.json.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.machine import machine
+from bench.results import print_table, write_results
 from bench.speech import load_wav
 from models.base import PCM_RATE
 from models.listening.echo import EchoCanceller, FarEnd
@@ -95,26 +95,14 @@ def main() -> None:
     cpu_ms = round(cpu_total / audio_total * 1000, 1)
     print("echo cancellation (AEC3, 16 kHz), real-speech far end; CPU", cpu_ms, "ms per audio s")
     # DT residual: what of the output is not the user's speech (echo and distortion).
-    print("echo dB | delay ms | ERLE dB | first s | after 1 s | DT user kept dB | DT residual dB")
-    for r in rows:
-        print(
-            f"{r['echo_db']} | {r['delay_ms']} | {r['erle_db']} | {r['erle_first_s_db']} | "
-            f"{r['erle_after_1s_db']} | {r['double_talk_user_kept_db']} | "
-            f"{r['double_talk_residual_db']}"
-        )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "machine": machine(["pywebrtc-audio", "soxr"]),
-                "cpu_ms_per_audio_s": cpu_ms,
-                "rows": rows,
-            },
-            indent=1,
-        )
-        + "\n"
+    columns = ["echo_db", "delay_ms", "erle_db", "erle_first_s_db", "erle_after_1s_db"]
+    columns += ["double_talk_user_kept_db", "double_talk_residual_db"]
+    print_table(
+        "echo dB | delay ms | ERLE dB | first s | after 1 s | DT user kept dB | DT residual dB",
+        ([r[c] for c in columns] for r in rows),
     )
-    print(f"wrote {RESULTS}")
+    figures = {"machine": machine(["pywebrtc-audio", "soxr"]), "cpu_ms_per_audio_s": cpu_ms}
+    write_results(RESULTS, figures | {"rows": rows}, 1)
 
 
 if __name__ == "__main__":

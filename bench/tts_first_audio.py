@@ -14,13 +14,13 @@ bench/results/tts_first_audio.json.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.machine import machine
+from bench.results import write_results
 from models.errors import ModelMissing
 from models.speech.tts import FliteSynthesizer, PiperSynthesizer, Synthesizer
 
@@ -106,9 +106,7 @@ def main() -> None:
             f" {f['audio_per_word_ms']:.0f} ms of audio per word"
         )
     out = {"machine": machine(PACKAGES), "repeats": REPEATS, "text": SENTENCE, **results}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, out, 2)
 
 
 if __name__ == "__main__":

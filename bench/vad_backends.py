@@ -12,7 +12,6 @@ measurement.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from bench.results import print_table, write_results
 from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
 from engine.turns import ServerVadParams, SpeechStarted, SpeechStopped, TurnDetector
 from engine.vad import VadBackend, VadStream
@@ -155,17 +155,23 @@ def main() -> None:
     backends = {name: make() for name, make in BACKENDS.items()}
     scores = [measure(n, b, rms) for n, b in backends.items() for rms in NOISE_LEVELS]
     print(f"{len(FIXTURES)} true utterances, default ServerVadParams")
-    print("backend | noise rms | turns found | false turns | |start err| ms | |end err| ms"
-          " | CPU us/audio s")  # fmt: skip
-    for s in scores:
-        print(
-            f"{s.backend} | {s.noise_rms:g} | {s.turns_found}/{len(FIXTURES)} | {s.false_turns}"
-            f" | {_ms(s.mean_start_err_ms)} | {_ms(s.mean_end_err_ms)}"
-            f" | {s.cpu_us_per_audio_s:.0f}"
-        )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps([asdict(s) for s in scores], indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    print_table(
+        "backend | noise rms | turns found | false turns | |start err| ms | |end err| ms"
+        " | CPU us/audio s",
+        (
+            [
+                s.backend,
+                f"{s.noise_rms:g}",
+                f"{s.turns_found}/{len(FIXTURES)}",
+                s.false_turns,
+                _ms(s.mean_start_err_ms),
+                _ms(s.mean_end_err_ms),
+                f"{s.cpu_us_per_audio_s:.0f}",
+            ]
+            for s in scores
+        ),
+    )
+    write_results(RESULTS, [asdict(s) for s in scores], 2)
 
 
 if __name__ == "__main__":

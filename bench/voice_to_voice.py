@@ -51,6 +51,7 @@ import numpy as np
 
 from bench.machine import cpu_seconds
 from bench.machine import machine as machine_facts
+from bench.results import write_results
 from bench.speech import FIXTURES, PCM_RATE, load_wav, silence
 from bench.vad_backends import speech_extent_ms
 from bench.voice_to_voice_rtc import run_rtc
@@ -426,9 +427,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if args.transport == "rtc":
         rtc = await run_rtc(args.repeats or WS_REPEATS, args.fixtures)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(merged(previous, inproc, ws, rtc), indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, merged(previous, inproc, ws, rtc), 2)
 
 
 def parser() -> argparse.ArgumentParser:

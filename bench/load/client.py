@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
+
+from bench.ws import connect_lean
 
 CONNECT_CONCURRENCY = 16
 CONFIGURE_TIMEOUT_S = 20.0
@@ -50,15 +52,7 @@ async def open_connections(url: str, n: int) -> list[ClientConnection]:
 
     async def one() -> ClientConnection:
         async with gate:
-            return await connect(
-                url,
-                compression=None,
-                proxy=None,
-                max_size=None,
-                ping_interval=None,
-                open_timeout=20,
-                close_timeout=2,
-            )
+            return await connect_lean(url, close_timeout=2)
 
     results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
     conns = [r for r in results if isinstance(r, ClientConnection)]

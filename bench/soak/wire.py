@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from bench.soak.tally import Tally
+from bench.ws import connect_lean
 
 KEEP_RESPONSES = 64  # finished responses remembered per connection
 KEEP_EVENTS = 40  # the latest event types, to show what preceded a timeout
@@ -46,16 +47,7 @@ class Conn:
     @classmethod
     async def open(cls, url: str, tally: Tally, api_key: str | None) -> Self:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        ws = await connect(
-            url,
-            additional_headers=headers,
-            compression=None,
-            proxy=None,
-            max_size=None,
-            ping_interval=None,
-            open_timeout=20,
-            close_timeout=5,
-        )
+        ws = await connect_lean(url, close_timeout=5, headers=headers)
         tally.connections += 1
         return cls(ws, tally)
 

@@ -4,8 +4,6 @@ espeak-ng voices and rates. Synthesized once per seed and cached in the temp dir
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import tempfile
 from dataclasses import dataclass
@@ -13,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.turns.cache import cached, load_npz, save_npz, spec_key
 from bench.turns.noise import Pcm16, mix, noise_bed, speech_rms
-from bench.turns.synth import speak
-from bench.vad_backends import speech_extent_ms
+from bench.turns.synth import speak, trimmed
 from models.base import PCM_RATE
 
 QUESTIONS = [
@@ -105,25 +103,11 @@ def _zeros(ms: int) -> Pcm16:
     return np.zeros(ms * PCM_RATE // 1000, dtype=np.int16)
 
 
-def _trimmed(pcm: Pcm16) -> Pcm16:
-    start, end = speech_extent_ms(pcm)
-    return pcm[start * PCM_RATE // 1000 : end * PCM_RATE // 1000]
-
-
-def _spec_key(seed: int) -> str:
-    spec = [seed, QUESTIONS, HESITATIONS, PAUSE_MS, BABBLE, VOICES, RATES_WPM, SNRS_DB]
-    return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
-
-
 def make_corpus(seed: int, cache_dir: Path | None = CACHE_DIR) -> Corpus:
     """The set for `seed`, from the cache when it was made before."""
-    path = None if cache_dir is None else cache_dir / f"seed-{seed}-{_spec_key(seed)}.npz"
-    if path is not None and path.exists():
-        return _load(seed, path)
-    corpus = _synthesize(seed)
-    if path is not None:
-        _save(corpus, path)
-    return corpus
+    key = spec_key([seed, QUESTIONS, HESITATIONS, PAUSE_MS, BABBLE, VOICES, RATES_WPM, SNRS_DB])
+    path = None if cache_dir is None else cache_dir / f"seed-{seed}-{key}.npz"
+    return cached(path, lambda: _synthesize(seed), _save, lambda at: _load(seed, at))
 
 
 def _synthesize(seed: int) -> Corpus:
@@ -131,12 +115,12 @@ def _synthesize(seed: int) -> Corpus:
     items: list[Item] = []
     for i, text in enumerate(QUESTIONS):
         voice, rate = rng.choice(VOICES), rng.choice(RATES_WPM)
-        pcm = _trimmed(speak(text, voice, rate))
+        pcm = trimmed(speak(text, voice, rate))
         items.append(Item(f"complete-{i:02d}", "complete", text, voice, rate, pcm, [(0, _ms(pcm))]))
     for i, (first, second) in enumerate(HESITATIONS):
         voice, rate = rng.choice(VOICES), rng.choice(RATES_WPM)
-        a = _trimmed(speak(first + ",", voice, rate))
-        b = _trimmed(speak(second, voice, rate))
+        a = trimmed(speak(first + ",", voice, rate))
+        b = trimmed(speak(second, voice, rate))
         pause = _zeros(rng.randint(*PAUSE_MS))
         pcm = np.concatenate([a, pause, b])
         spans = [(0, _ms(a)), (_ms(a) + _ms(pause), _ms(pcm))]
@@ -158,7 +142,7 @@ def _synthesize(seed: int) -> Corpus:
                     rng.randrange(2**31),
                 )
             )
-    babble = [_trimmed(speak(text, voice, rate)) for voice, rate, text in BABBLE]
+    babble = [trimmed(speak(text, voice, rate)) for voice, rate, text in BABBLE]
     return Corpus(seed, items, babble)
 
 
@@ -167,36 +151,19 @@ def _ms(pcm: Pcm16) -> int:
 
 
 def _save(corpus: Corpus, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = [
         {k: getattr(it, k) for k in ("name", "set", "text", "voice", "rate_wpm", "segments")}
         | {"snr_db": it.snr_db, "noise_seed": it.noise_seed}
         for it in corpus.items
     ]
-    # arr_0 the metadata, then each item's speech, then each babble track.
-    tracks = [it.speech for it in corpus.items] + corpus.babble
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, np.array(json.dumps(meta)), *tracks)
-    tmp.replace(path)
+    # Each item's speech, then each babble track.
+    save_npz(path, meta, [it.speech for it in corpus.items] + corpus.babble)
 
 
 def _load(seed: int, path: Path) -> Corpus:
-    with np.load(path) as data:
-        meta = json.loads(str(data["arr_0"]))
-        items = [
-            Item(
-                m["name"],
-                m["set"],
-                m["text"],
-                m["voice"],
-                m["rate_wpm"],
-                data[f"arr_{1 + i}"].astype(np.int16),
-                [(a, b) for a, b in m["segments"]],
-                m["snr_db"],
-                m["noise_seed"],
-            )
-            for i, m in enumerate(meta)
-        ]
-        first = 1 + len(items)
-        babble = [data[f"arr_{first + i}"].astype(np.int16) for i in range(len(BABBLE))]
-    return Corpus(seed, items, babble)
+    meta, tracks = load_npz(path)
+    items = [
+        Item(**m | {"speech": speech, "segments": [(a, b) for a, b in m["segments"]]})
+        for m, speech in zip(meta, tracks, strict=False)
+    ]
+    return Corpus(seed, items, tracks[len(items) :])

@@ -8,7 +8,6 @@ fixtures of bench/speech, one after another, twice (about 16 s)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import statistics
 import wave
@@ -19,10 +18,10 @@ import numpy as np
 
 from bench.speech import FIXTURES, load_wav, silence
 from bench.turns.bursts import BURSTS, make_burst
+from bench.turns.cache import cached, load_npz, save_npz, spec_key
 from bench.turns.corpus import BABBLE, CACHE_DIR, RATES_WPM, VOICES
 from bench.turns.noise import Pcm16, speech_rms
-from bench.turns.synth import speak
-from bench.vad_backends import speech_extent_ms
+from bench.turns.synth import speak, trimmed
 from models.base import PCM_RATE
 
 KINDS = ["backchannel", "burst", "sentence", "echo", "talkover"]
@@ -102,28 +101,13 @@ def write_wav(pcm: Pcm16, path: Path) -> Path:
     return path
 
 
-def trimmed(pcm: Pcm16) -> Pcm16:
-    """From the first to the last audible 10 ms block."""
-    start, end = speech_extent_ms(pcm)
-    return pcm[start * PCM_RATE // 1000 : end * PCM_RATE // 1000]
-
-
-def _spec_key(seed: int) -> str:
-    spec = [seed, BACKCHANNELS, SENTENCES, BURSTS, ECHO_DB, ECHO_DELAY_MS, OFFSET_MS]
-    spec += [ECHO_WINDOW_MS, BABBLE, VOICES, RATES_WPM, KINDS, TALKOVER, TALKOVER_DB]
-    return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
-
-
 def make_scenarios(seed: int, cache_dir: Path | None = CACHE_DIR) -> ScenarioSet:
     """The set for `seed`, from the cache when it was made before."""
-    name = f"interruptions-{seed}-{_spec_key(seed)}.npz"
+    spec: list[object] = [seed, BACKCHANNELS, SENTENCES, BURSTS, ECHO_DB, ECHO_DELAY_MS]
+    spec += [OFFSET_MS, ECHO_WINDOW_MS, BABBLE, VOICES, RATES_WPM, KINDS, TALKOVER, TALKOVER_DB]
+    name = f"interruptions-{seed}-{spec_key(spec)}.npz"
     path = None if cache_dir is None else cache_dir / name
-    if path is not None and path.exists():
-        return _load(seed, path)
-    made = _synthesize(seed)
-    if path is not None:
-        _save(made, path)
-    return made
+    return cached(path, lambda: _synthesize(seed), _save, lambda at: _load(seed, at))
 
 
 def _synthesize(seed: int) -> ScenarioSet:
@@ -179,30 +163,13 @@ _FIELDS = ("name", "kind", "text", "voice", "offset_ms", "echo_db", "echo_delay_
 
 
 def _save(made: ScenarioSet, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = [{k: getattr(it, k) for k in _FIELDS} for it in made.items]
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, np.array(json.dumps(meta)), *[it.audio for it in made.items])
-    tmp.replace(path)
+    save_npz(path, meta, [it.audio for it in made.items])
 
 
 def _load(seed: int, path: Path) -> ScenarioSet:
-    with np.load(path) as data:
-        meta = json.loads(str(data["arr_0"]))
-        items = [
-            Scenario(
-                m["name"],
-                m["kind"],
-                m["text"],
-                m["voice"],
-                data[f"arr_{1 + i}"].astype(np.int16),
-                m["offset_ms"],
-                m["echo_db"],
-                m["echo_delay_ms"],
-            )
-            for i, m in enumerate(meta)
-        ]
-    return ScenarioSet(seed, items)
+    meta, tracks = load_npz(path)
+    return ScenarioSet(seed, [Scenario(**m, audio=a) for m, a in zip(meta, tracks, strict=True)])
 
 
 def assistant_wav(cache_dir: Path = CACHE_DIR) -> Path:

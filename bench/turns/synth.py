@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import soxr
 
+from bench.vad_backends import speech_extent_ms
 from models.base import PCM_RATE
 
 Pcm16 = npt.NDArray[np.int16]
@@ -50,3 +51,9 @@ def _data_bytes(wav_bytes: bytes) -> int:
     if at < 0:
         raise ValueError("espeak-ng wrote no WAV data chunk")
     return len(wav_bytes) - (at + 8)
+
+
+def trimmed(pcm: Pcm16) -> Pcm16:
+    """From the first to the last audible 10 ms block."""
+    start, end = speech_extent_ms(pcm)
+    return pcm[start * PCM_RATE // 1000 : end * PCM_RATE // 1000]

@@ -9,6 +9,7 @@ so the wire matches the SDK by construction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -43,6 +44,14 @@ class _Loose(BaseModel):
 # `invalid_type` error for the field rather than one per member.
 
 
+def _by_json_type(
+    tag_of: Callable[[object], str | None], error: str, expected: str
+) -> Discriminator:
+    return Discriminator(
+        tag_of, custom_error_type=error, custom_error_message=f"Input should be {expected}"
+    )
+
+
 def _int_or_inf(value: object) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return TAG_INTEGER
@@ -51,11 +60,7 @@ def _int_or_inf(value: object) -> str | None:
 
 MaxTokens = Annotated[
     Annotated[int, Tag(TAG_INTEGER)] | Annotated[Literal["inf"], Tag(TAG_INF)],
-    Discriminator(
-        _int_or_inf,
-        custom_error_type="int_or_inf_type",
-        custom_error_message="Input should be an integer or 'inf'",
-    ),
+    _by_json_type(_int_or_inf, "int_or_inf_type", "an integer or 'inf'"),
 ]
 
 
@@ -146,11 +151,7 @@ def _array_or_object(value: object) -> str | None:
 AllowedToolsIn = Annotated[
     Annotated[list[Annotated[str, Field(max_length=256)]], Tag(TAG_ARRAY)]
     | Annotated[McpFilterIn, Tag(TAG_OBJECT)],
-    Discriminator(
-        _array_or_object,
-        custom_error_type="array_or_object_type",
-        custom_error_message="Input should be an array or an object",
-    ),
+    _by_json_type(_array_or_object, "array_or_object_type", "an array or an object"),
 ]
 
 
@@ -169,11 +170,7 @@ def _approval_tag(value: object) -> str | None:
 RequireApprovalIn = Annotated[
     Annotated[McpApprovalIn, Tag(TAG_OBJECT)]
     | Annotated[Literal["always", "never"], Tag(TAG_STRING)],
-    Discriminator(
-        _approval_tag,
-        custom_error_type="string_or_object_type",
-        custom_error_message="Input should be a string or an object",
-    ),
+    _by_json_type(_approval_tag, "string_or_object_type", "a string or an object"),
 ]
 
 
@@ -214,11 +211,7 @@ def _object_or_string(value: object) -> str | None:
 # beta a function's bare name.
 ToolChoiceIn = Annotated[
     Annotated[ToolChoiceFunction, Tag(TAG_OBJECT)] | Annotated[str, Tag(TAG_STRING)],
-    Discriminator(
-        _object_or_string,
-        custom_error_type="string_or_object_type",
-        custom_error_message="Input should be a string or an object",
-    ),
+    _by_json_type(_object_or_string, "string_or_object_type", "a string or an object"),
 ]
 
 

@@ -30,15 +30,14 @@ from bench.speech import FIXTURES, PCM_RATE, load_wav
 from bench.voice_to_voice import merged
 from bench.voice_to_voice import parser as v2v_parser
 from bench.voice_to_voice_rtc import run_rtc
+from tests.support.makefile import recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_bench_modules() -> list[str]:
     """The modules the Makefile's `bench` recipe runs with `python -m`, in order."""
-    recipe = re.search(r"^bench:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
-    assert recipe is not None, "no bench target in the Makefile"
-    return re.findall(r"-m (\S+)", recipe.group(1))
+    return re.findall(r"-m (\S+)", recipe("bench"))
 
 
 def load_args(*argv: str) -> argparse.Namespace:

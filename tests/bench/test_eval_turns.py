@@ -5,8 +5,6 @@ server whose report holds together."""
 from __future__ import annotations
 
 import json
-import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +16,9 @@ from bench.turns.noise import mix, noise_bed, pink, speech_rms
 from bench.turns.run import MODES, TURN_MODES, truth_of
 from bench.turns.score import Truth, Turn, classify, p50_p90, summarize
 from bench.turns.stream import CHUNK_MS, applied_type
-from bench.turns.synth import INSTALL_HINT
+from tests.support.espeak import made_twice, require_espeak
+from tests.support.makefile import recipe
 
-ROOT = Path(__file__).resolve().parents[2]
 # Speech 1000-3000 ms; the chunk holding its last sample was sent at t = 10.0 s.
 TRUTH = Truth([(1000, 3000)], end_sent_t=10.0)
 HESITATION = Truth([(1000, 2000), (2800, 4000)], end_sent_t=10.0)
@@ -150,24 +148,12 @@ def test_every_mode_the_issue_names_is_measured() -> None:
 
 
 def test_make_eval_turns_runs_the_tool_and_system_deps_installs_espeak() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    recipe = re.search(r"^eval-turns:.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert recipe is not None, "no eval-turns target in the Makefile"
-    assert "-m bench.turns" in recipe.group(1)
-    deps = re.search(r"^system-deps:.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert deps is not None and "apt-get install -y -qq espeak-ng" in deps.group(1)
-
-
-def require_espeak() -> None:
-    if shutil.which("espeak-ng") is None:
-        pytest.fail(INSTALL_HINT)
+    assert "-m bench.turns" in recipe("eval-turns")
+    assert "apt-get install -y -qq espeak-ng" in recipe("system-deps")
 
 
 def test_the_set_is_the_same_for_the_same_seed_and_cached(tmp_path: Path) -> None:
-    require_espeak()
-    made = make_corpus(4, cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("seed-4-*.npz"))) == 1
-    again = make_corpus(4, cache_dir=tmp_path)
+    made, again = made_twice(make_corpus, tmp_path, "seed")
     assert [i.name for i in made.items] == [i.name for i in again.items]
     assert all(
         np.array_equal(a.speech, b.speech) for a, b in zip(made.items, again.items, strict=True)

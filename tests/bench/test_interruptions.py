@@ -5,8 +5,6 @@ the seeded set, and one backchannel and one interrupting sentence through a real
 from __future__ import annotations
 
 import json
-import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +16,8 @@ from bench.turns.interrupt_score import Heard, react, summarize_kind, table
 from bench.turns.interruptions import CHUNK, mic_chunk
 from bench.turns.scenarios import KINDS, TALKOVER, TALKOVER_DB, Scenario, make_scenarios
 from bench.turns.speaker import Speaker
-from bench.turns.synth import INSTALL_HINT
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.espeak import made_twice, require_espeak
+from tests.support.makefile import recipe
 
 
 def test_a_cancel_after_the_onset_is_timed_from_the_onset_chunk() -> None:
@@ -128,21 +125,11 @@ def test_every_burst_is_seeded_loud_and_not_silent() -> None:
 
 
 def test_make_eval_turns_measures_interruptions_too() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    recipe = re.search(r"^eval-turns:.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert recipe is not None and "--scenarios interruptions" in recipe.group(1)
-
-
-def require_espeak() -> None:
-    if shutil.which("espeak-ng") is None:
-        pytest.fail(INSTALL_HINT)
+    assert "--scenarios interruptions" in recipe("eval-turns")
 
 
 def test_the_set_is_seeded_cached_and_ten_of_each_kind(tmp_path: Path) -> None:
-    require_espeak()
-    made = make_scenarios(4, cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("interruptions-4-*.npz"))) == 1
-    again = make_scenarios(4, cache_dir=tmp_path)
+    made, again = made_twice(make_scenarios, tmp_path, "interruptions")
     assert [(i.name, i.offset_ms) for i in made.items] == [
         (i.name, i.offset_ms) for i in again.items
     ]

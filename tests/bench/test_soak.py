@@ -19,8 +19,7 @@ from bench.soak.report import build, problems, text, write
 from bench.soak.run import Options, log_findings, run
 from bench.soak.verdict import TOLERANCE_MB_PER_MIN, RssSample, slope_per_min, verdict
 from bench.speech import FIXTURES, PCM_RATE
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.makefile import MAKEFILE, recipe
 
 
 def samples(values: list[float], every_s: float = 10.0) -> list[RssSample]:
@@ -117,10 +116,8 @@ def test_options_and_their_defaults() -> None:
 
 
 def test_make_soak_runs_the_soak_with_sessions_and_minutes() -> None:
-    makefile = (ROOT / "Makefile").read_text()
-    recipe = re.search(r"^soak:.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert recipe is not None, "no soak target in the Makefile"
-    assert "-m bench.soak --sessions $(SESSIONS) --minutes $(MINUTES)" in recipe.group(1)
+    makefile = MAKEFILE.read_text()
+    assert "-m bench.soak --sessions $(SESSIONS) --minutes $(MINUTES)" in recipe("soak")
     assert re.search(r"^SESSIONS \?= 50$", makefile, re.M)
     assert re.search(r"^MINUTES \?= 10$", makefile, re.M)
 

@@ -7,7 +7,6 @@ from the figures."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,32 +16,22 @@ from bench.turns.corpus import Corpus, Item
 from bench.turns.replay import CHUNK, Replayable, ScoreCache, outcome, prepare, replay
 from bench.turns.run import SEMANTIC_MARGIN_MS, SEMANTIC_MAX_WAIT_MS
 from bench.turns.sweep import Row, curve_of, grid, main, pareto, preference, targets
-from bench.turns.synth import INSTALL_HINT, speak
-from bench.vad_backends import speech_extent_ms
+from bench.turns.synth import speak, trimmed
 from engine.semantic_turns import SemanticTurnDetector, SemanticVadParams, TurnCurve
 from engine.turns import ServerVadParams, TurnDetector
 from models.base import PCM_RATE
 from models.listening.vad import SileroOnnxBackend
+from tests.support.espeak import require_espeak
 
 TRAIL_MS = SEMANTIC_MAX_WAIT_MS["auto"] + SEMANTIC_MARGIN_MS
 PAUSE_MS = 800
 
 
-def _trimmed(pcm: np.ndarray) -> np.ndarray:
-    start, end = speech_extent_ms(pcm)
-    return pcm[start * PCM_RATE // 1000 : end * PCM_RATE // 1000]
-
-
-def require_espeak() -> None:
-    if shutil.which("espeak-ng") is None:
-        pytest.fail(INSTALL_HINT)
-
-
 @pytest.fixture(scope="module")
 def hesitation() -> Replayable:
     require_espeak()
-    a = _trimmed(speak("I would like to order,", "en-us", 160))
-    b = _trimmed(speak("a large pizza with mushrooms.", "en-us", 160))
+    a = trimmed(speak("I would like to order,", "en-us", 160))
+    b = trimmed(speak("a large pizza with mushrooms.", "en-us", 160))
     pause = np.zeros(PAUSE_MS * PCM_RATE // 1000, np.int16)
     pcm = np.concatenate([a, pause, b])
     ms = [len(x) * 1000 // PCM_RATE for x in (a, pause, b)]

@@ -21,7 +21,7 @@ import base64
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import numpy as np
@@ -168,6 +168,17 @@ class Client(Events):
     async def append_pcm(self, pcm: npt.NDArray[np.int16]) -> None:
         await self.append(pcm.astype("<i2").tobytes(), 2 * RATE // 1000)
 
+    async def answer_to(self, sending: Coroutine[Any, Any, None]) -> dict[str, Any]:
+        """The `response.done` of the turn in the audio `sending` appends: read while it
+        is still sent (the server answers as the microphone goes on)."""
+        sender = asyncio.create_task(sending)
+        try:
+            done = await self.until("response.done")
+            await asyncio.wait_for(sender, TIMEOUT_S)
+        finally:
+            sender.cancel()
+        return done
+
 
 Open = Callable[..., Awaitable[Client]]
 
@@ -311,12 +322,7 @@ async def test_session_update(open_client: Open) -> None:
 async def test_server_vad_turn_with_real_speech(open_client: Open) -> None:
     c = await open_client()
     await c.turn_detection({"type": "server_vad"})
-    sender = asyncio.create_task(c.append_pcm(speech("weather")))
-    try:
-        done_event = await c.until("response.done")
-        await asyncio.wait_for(sender, TIMEOUT_S)
-    finally:
-        sender.cancel()
+    done_event = await c.answer_to(c.append_pcm(speech("weather")))
 
     (started,) = c.of("input_audio_buffer.speech_started")
     (stopped,) = c.of("input_audio_buffer.speech_stopped")
@@ -382,12 +388,7 @@ async def test_semantic_vad_turn_with_real_speech(open_client: Open) -> None:
     # Trailing silence as a microphone keeps sending it: unsure of the end, semantic_vad
     # may wait up to 4 s (medium eagerness).
     pcm = np.concatenate([speech("weather"), silence(3500)]).astype(np.int16)
-    sender = asyncio.create_task(c.append_pcm(pcm))
-    try:
-        done = (await c.until("response.done"))["response"]
-        await asyncio.wait_for(sender, TIMEOUT_S)
-    finally:
-        sender.cancel()
+    done = (await c.answer_to(c.append_pcm(pcm)))["response"]
     (started,) = c.of("input_audio_buffer.speech_started")
     (stopped,) = c.of("input_audio_buffer.speech_stopped")
     (committed,) = c.of("input_audio_buffer.committed")
@@ -697,12 +698,7 @@ async def test_g711_in_and_out_with_real_speech(open_client: Open) -> None:
 
     ulaw = OutputEncoder(PCMU)
     data = ulaw.encode(speech("weather", lead_ms=600)) + ulaw.flush()
-    sender = asyncio.create_task(c.append(data, PCMU.rate // 1000))  # one byte a sample
-    try:
-        done = (await c.until("response.done"))["response"]
-        await asyncio.wait_for(sender, TIMEOUT_S)
-    finally:
-        sender.cancel()
+    done = (await c.answer_to(c.append(data, PCMU.rate // 1000)))["response"]  # a byte a sample
 
     (started,) = c.of("input_audio_buffer.speech_started")
     (stopped,) = c.of("input_audio_buffer.speech_stopped")

@@ -148,6 +148,17 @@ def deep_schema(levels: int) -> dict[str, Any]:
     return value
 
 
+def assert_refused(h: Harness, param: str, event_id: str) -> None:
+    """The session sent one error: the update `event_id` has an invalid value at `param`."""
+    (error,) = h.errors()
+    assert (error["type"], error["code"], error["param"], error["event_id"]) == (
+        "invalid_request_error",
+        "invalid_value",
+        param,
+        event_id,
+    )
+
+
 SETUP = {
     "type": "session.update",
     "session": {
@@ -174,13 +185,7 @@ async def test_a_too_deep_schema_is_refused_and_the_session_keeps_its_config() -
             }
         )
         await h.settle()
-        (error,) = h.errors()
-        assert (error["type"], error["code"], error["param"], error["event_id"]) == (
-            "invalid_request_error",
-            "invalid_value",
-            "session.tools[0].parameters",
-            "e1",
-        )
+        assert_refused(h, "session.tools[0].parameters", "e1")
         assert h.session.config == before
         assert len(h.of("session.updated")) == 1
 
@@ -227,13 +232,7 @@ async def test_an_update_whose_wire_form_fails_changes_nothing(
             }
         )
         await h.settle()
-        (error,) = h.errors()
-        assert (error["type"], error["code"], error["param"], error["event_id"]) == (
-            "invalid_request_error",
-            "invalid_value",
-            "session",
-            "e2",
-        )
+        assert_refused(h, "session", "e2")
         assert h.session.config == config
         assert h.session.input.decoder is decoder
         assert h.session.turns.detector is detector

@@ -187,22 +187,8 @@ async def test_truncate_clamps_to_audio_sent_and_cuts_the_transcript() -> None:
         item = h.responses_done()[0]["output"][0]
         words = item["content"][0]["transcript"].split()
         total_ms = 100 * len(words)  # one 100 ms chunk per word
-        await h.send(
-            {
-                "type": "conversation.item.truncate",
-                "item_id": item["id"],
-                "content_index": 0,
-                "audio_end_ms": 250,
-            }
-        )
-        await h.send(
-            {
-                "type": "conversation.item.truncate",
-                "item_id": item["id"],
-                "content_index": 0,
-                "audio_end_ms": 10 * total_ms,
-            }
-        )
+        await h.truncate(item["id"], 250)
+        await h.truncate(item["id"], 10 * total_ms)
         await h.settle()
         first, second = h.of("conversation.item.truncated")
         assert first["audio_end_ms"] == 250
@@ -222,14 +208,7 @@ async def test_truncate_refusals() -> None:
         await h.settle()
         user_item = h.of("input_audio_buffer.committed")[0]["item_id"]
         for item_id in ["item_missing", user_item]:
-            await h.send(
-                {
-                    "type": "conversation.item.truncate",
-                    "item_id": item_id,
-                    "content_index": 0,
-                    "audio_end_ms": 10,
-                }
-            )
+            await h.truncate(item_id, 10)
         await h.settle()
         assert [e["code"] for e in h.errors()] == ["item_not_found", "invalid_value"]
         await assert_usable(h)

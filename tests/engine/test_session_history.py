@@ -4,7 +4,6 @@ was released stay addressable, and truncation works on every assistant audio ite
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import numpy as np
 
@@ -26,16 +25,6 @@ async def turn(h: Harness, pcm: np.ndarray) -> None:
     await h.send({"type": "input_audio_buffer.commit"})
     await h.send({"type": "response.create"})
     await h.settle()
-
-
-def truncate(item_id: str, audio_end_ms: int, event_id: str = "t") -> dict[str, Any]:
-    return {
-        "type": "conversation.item.truncate",
-        "item_id": item_id,
-        "content_index": 0,
-        "audio_end_ms": audio_end_ms,
-        "event_id": event_id,
-    }
 
 
 async def test_history_audio_stays_within_its_bound_over_many_turns() -> None:
@@ -78,7 +67,7 @@ async def test_released_items_stay_addressable() -> None:
         assert user2.audio is not None  # the newest turn keeps its audio
         words = answer.transcript.split()
         await h.send({"type": "conversation.item.retrieve", "item_id": answer.id})
-        await h.send(truncate(answer.id, 250))
+        await h.truncate(answer.id, 250, event_id="t")
         await h.send({"type": "conversation.item.retrieve", "item_id": user.id})
         await h.send(
             {
@@ -128,7 +117,7 @@ async def test_truncate_an_assistant_item_the_client_wrote() -> None:
                 },
             }
         )
-        await h.send(truncate("said", 1500))
+        await h.truncate("said", 1500, event_id="t")
         await h.send({"type": "response.create"})
         await h.settle()
         assert not h.errors()

@@ -23,14 +23,7 @@ async def test_truncate_of_client_created_assistant_audio_item() -> None:
         await h.send({"type": "conversation.item.create", "item": item})
         await h.settle()
         item_id = h.of("conversation.item.added")[-1]["item"]["id"]
-        await h.send(
-            {
-                "type": "conversation.item.truncate",
-                "item_id": item_id,
-                "content_index": 0,
-                "audio_end_ms": 500,
-            }
-        )
+        await h.truncate(item_id, 500)
         await h.send({"type": "conversation.item.retrieve", "item_id": item_id})
         await h.settle()
         assert h.errors() == []

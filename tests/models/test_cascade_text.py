@@ -17,6 +17,7 @@ from models.cascade.text import (
     render_chatml,
     spoken_end,
 )
+from tests.support.prompts import function_call, function_output
 
 AUDIO = np.zeros(10, np.int16)
 
@@ -119,24 +120,10 @@ ORDER = Tool("lookup_order", parameters='{"type": "object", "properties": {}}')
 def test_a_model_that_calls_tools_reads_them_and_its_calls_in_hermes_form() -> None:
     p = prompt(
         PromptItem("u1", "user", text="Where are my orders?"),
-        PromptItem(
-            "c1",
-            "assistant",
-            kind="function_call",
-            call_id="a",
-            name="lookup_order",
-            arguments='{"id": 1}',
-        ),
-        PromptItem(
-            "c2",
-            "assistant",
-            kind="function_call",
-            call_id="b",
-            name="lookup_order",
-            arguments='{"id": 2}',
-        ),
-        PromptItem("o1", "user", kind="function_call_output", call_id="a", output="shipped"),
-        PromptItem("o2", "user", kind="function_call_output", call_id="b", output="lost"),
+        function_call("c1", "a", "lookup_order", '{"id": 1}'),
+        function_call("c2", "b", "lookup_order", '{"id": 2}'),
+        function_output("o1", "a", "shipped"),
+        function_output("o2", "b", "lost"),
     )
     system, user, calls, results = chat_messages(p, {}, tools=(ORDER,))
     assert system.content.startswith(DEFAULT_INSTRUCTIONS + "\n\n# Tools")
@@ -158,8 +145,8 @@ def test_a_model_that_calls_tools_reads_them_and_its_calls_in_hermes_form() -> N
 def test_a_model_without_tools_sees_no_calls() -> None:
     p = prompt(
         PromptItem("u1", "user", text="Where is my order?"),
-        PromptItem("c1", "assistant", kind="function_call", call_id="a", name="f", arguments="{}"),
-        PromptItem("o1", "user", kind="function_call_output", call_id="a", output="shipped"),
+        function_call("c1", "a", "f", "{}"),
+        function_output("o1", "a", "shipped"),
     )
     messages = chat_messages(p, {})
     assert messages == [

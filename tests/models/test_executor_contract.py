@@ -293,28 +293,9 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
 # --- scenes ------------------------------------------------------------------------------
 
 
-async def test_a_turn_is_answered_in_speech(kit: Kit) -> None:
-    await contract.a_turn_is_answered_in_speech(kit)
-
-
-async def test_barge_in_mid_stream_aborts_the_model(kit: Kit) -> None:
-    await contract.barge_in_mid_stream_aborts_the_model(kit)
-
-
-async def test_cancel_before_the_first_token(kit: Kit) -> None:
-    await contract.cancel_before_the_first_token(kit)
-
-
-async def test_a_backend_failure_fails_the_response_and_the_session_lives(kit: Kit) -> None:
-    await contract.a_backend_failure_fails_the_response_and_the_session_lives(kit)
-
-
-async def test_a_token_limit_cuts_the_answer(kit: Kit) -> None:
-    await contract.a_token_limit_cuts_the_answer(kit)
-
-
-async def test_a_function_call_round_trips_or_the_tools_are_kept(kit: Kit) -> None:
-    await contract.a_function_call_round_trips_or_the_tools_are_kept(kit)
+@pytest.mark.parametrize("scene", contract.SCENES, ids=lambda scene: scene.__name__)
+async def test_the_scene(kit: Kit, scene: contract.Scene) -> None:
+    await scene(kit)
 
 
 async def test_the_cascade_with_a_model_that_calls_tools_round_trips(

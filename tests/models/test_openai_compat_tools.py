@@ -24,6 +24,7 @@ from models.speech.tts import FliteSynthesizer
 from tests.support.audio import say
 from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 from tests.support.harness import Harness
+from tests.support.prompts import function_call, function_output
 
 SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}}}
 LOOKUP = Tool("lookup_order", "Looks up an order by its id.", json.dumps(SCHEMA))
@@ -88,21 +89,8 @@ async def test_a_tool_call_and_its_result_round_trip(fake: FakeOpenAI) -> None:
 
         history = (
             TURN,
-            PromptItem(
-                "item_2",
-                "assistant",
-                kind="function_call",
-                call_id="chatcmpl-tool-1",
-                name="lookup_order",
-                arguments=ARGUMENTS,
-            ),
-            PromptItem(
-                "item_3",
-                "user",
-                kind="function_call_output",
-                call_id="chatcmpl-tool-1",
-                output='{"status": "shipped"}',
-            ),
+            function_call("item_2", "chatcmpl-tool-1", "lookup_order", ARGUMENTS),
+            function_output("item_3", "chatcmpl-tool-1", '{"status": "shipped"}'),
         )
         answered = Prompt("resp_abcdef000002", "Be brief.", history, tools=(LOOKUP,))
         chunks = await collect(ex, answered)

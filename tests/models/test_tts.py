@@ -325,42 +325,41 @@ def test_piper_killed_worker_is_restarted() -> None:
 
 
 class FirstWorkerFake(PiperSynthesizer):
-    """Runs `first` as the first worker, real Piper after it."""
+    """Runs the Python `code` as the first worker, real Piper after it; closed at the
+    end of its `with` block."""
 
-    def __init__(self, first: list[str], timeout_s: float) -> None:
+    def __init__(self, code: str, timeout_s: float) -> None:
         super().__init__(timeout_s=timeout_s)
-        self.first = first
+        self.first = [sys.executable, "-c", code]
         self.spawned = 0
 
     def _command(self) -> list[str]:
         self.spawned += 1
         return self.first if self.spawned == 1 else super()._command()
 
+    def __enter__(self) -> FirstWorkerFake:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def test_piper_worker_dying_mid_sentence() -> None:
-    dies = [sys.executable, "-c", "import sys; sys.stdin.readline(); sys.exit('boom')"]
-    synth = FirstWorkerFake(dies, timeout_s=30)
-    try:
+    with FirstWorkerFake("import sys; sys.stdin.readline(); sys.exit('boom')", 30) as synth:
         with pytest.raises(SynthesisError, match=r"exited with code 1 \(boom\).*restarted"):
             synth.synthesize("Hello.")
         assert len(synth.synthesize("Hello again.")) > 0
         assert synth.spawned == 2
-    finally:
-        synth.close()
 
 
 def test_piper_worker_not_answering() -> None:
-    hangs = [sys.executable, "-c", "import sys; sys.stdin.read()"]
-    synth = FirstWorkerFake(hangs, timeout_s=0.3)
-    try:
+    with FirstWorkerFake("import sys; sys.stdin.read()", timeout_s=0.3) as synth:
         with pytest.raises(SynthesisError, match=r"did not answer within 0\.3 s"):
             synth.synthesize("Hello.")
         assert synth.worker_pid is None  # the silent worker was killed
         synth.timeout_s = 30  # real Piper takes longer than 0.3 s to load
         assert len(synth.synthesize("Hello again.")) > 0
         assert synth.spawned == 2
-    finally:
-        synth.close()
 
 
 def test_piper_missing_voice_files(tmp_path: Path) -> None:

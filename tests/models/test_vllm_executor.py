@@ -28,6 +28,7 @@ from server.app import create_app
 from server.cli import main
 from server.config import Settings
 from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm, SamplingParams
+from tests.support.prompts import function_call, function_output
 
 
 def make(engine: FakeAsyncLLM | None = None, **options: Any) -> tuple[VllmExecutor, FakeVllm]:
@@ -281,12 +282,18 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_a_speculative_request_is_adopted_by_the_same_conversation() -> None:
-    engine = FakeAsyncLLM()
+async def speculating(engine: FakeAsyncLLM) -> VllmExecutor:
+    """A started executor that sent "resp_spec" to `engine` before the turn's end."""
     ex, _ = make(engine)
     await ex.start()
     ex.answer_early(prompt("resp_spec", audio=False))
     await settle()
+    return ex
+
+
+async def test_a_speculative_request_is_adopted_by_the_same_conversation() -> None:
+    engine = FakeAsyncLLM()
+    ex = await speculating(engine)
     assert [rid for _, _, rid in engine.requests] == ["resp_spec"]  # begun at the model
     # The committed turn's response: the same conversation under its own id.
     chunks = [c async for c in ex.generate(prompt("resp_real", audio=False))]
@@ -299,10 +306,7 @@ async def test_a_speculative_request_is_adopted_by_the_same_conversation() -> No
 async def test_a_speculative_request_is_aborted_when_the_user_goes_on() -> None:
     engine = FakeAsyncLLM()
     engine.hold()
-    ex, _ = make(engine)
-    await ex.start()
-    ex.answer_early(prompt("resp_spec", audio=False))
-    await settle()
+    ex = await speculating(engine)
     ex.discard_speculation("u1")
     for _ in range(100):
         if "resp_spec" in engine.aborted:
@@ -316,10 +320,7 @@ async def test_a_speculative_request_is_aborted_when_the_user_goes_on() -> None:
 async def test_aborting_the_adopting_response_aborts_the_speculative_request() -> None:
     engine = FakeAsyncLLM()
     engine.hold()
-    ex, _ = make(engine)
-    await ex.start()
-    ex.answer_early(prompt("resp_spec", audio=False))
-    await settle()
+    ex = await speculating(engine)
     stream = ex.generate(prompt("resp_real", audio=False))
     await engine.release(2)
     first = await anext(stream)
@@ -387,15 +388,8 @@ async def test_a_forced_call_cut_at_the_token_limit_is_a_length_finish() -> None
 async def test_tool_choice_none_leaves_the_tools_out_and_a_call_result_is_read_back() -> None:
     items = (
         PromptItem("u1", "user", text="Where is my order?"),
-        PromptItem(
-            "c1",
-            "assistant",
-            kind="function_call",
-            call_id="call_1",
-            name="lookup_order",
-            arguments='{"order_id": "A1"}',
-        ),
-        PromptItem("o1", "user", kind="function_call_output", call_id="call_1", output="shipped"),
+        function_call("c1", "call_1", "lookup_order", '{"order_id": "A1"}'),
+        function_output("o1", "call_1", "shipped"),
     )
     ex, backend = make()
     await ex.start()

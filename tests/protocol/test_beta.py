@@ -153,14 +153,7 @@ async def run_scenarios() -> tuple[list[dict[str, Any]], list[str]]:
         await h.send({"type": "response.create"})
         await h.settle()
         answer = h.of("response.done")[-1]["response"]["output"][0]["id"]
-        await h.send(
-            {
-                "type": "conversation.item.truncate",
-                "item_id": answer,
-                "content_index": 0,
-                "audio_end_ms": 300,
-            }
-        )
+        await h.truncate(answer, 300)
         await h.settle()
     events += h.events
     texts += h.texts

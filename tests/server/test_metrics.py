@@ -25,7 +25,7 @@ from server.metrics import (
     render,
 )
 from server.observers import FanOut
-from tests.support.audio import CHUNK, b64_pcm
+from tests.support.audio import ws_append_chunked
 from tests.support.events import Events
 from tests.support.scrape import Samples, parse, value
 from tests.support.servers import RunningServer, ServerFactory
@@ -65,15 +65,11 @@ async def test_a_turn_moves_every_counter_and_histogram_by_what_happened(
     for stage in STAGES:  # the series exist before the first turn
         assert ("parley_turn_latency_seconds_count", (("stage", stage),)) in before
     pcm = np.concatenate([silence(300), load_wav("timer"), silence(900)])
-    frames = [pcm[i : i + CHUNK] for i in range(0, len(pcm), CHUNK)]
     async with connect(server.ws_url) as ws:
         events = Events(ws.recv)
         await events.until("session.created")
         await ws.send(json.dumps({"type": "session.update", "session": VAD}))
-        for frame in frames:
-            await ws.send(
-                json.dumps({"type": "input_audio_buffer.append", "audio": b64_pcm(frame)})
-            )
+        appends = await ws_append_chunked(ws, pcm)
         await events.until("response.done")
         await ws.send("not json")
         await events.until("error")
@@ -88,9 +84,7 @@ async def test_a_turn_moves_every_counter_and_histogram_by_what_happened(
     assert value(after, "parley_sessions_open") == 0
     assert value(after, "parley_connections_closed_total", code="1001") == 1
     assert value(after, "parley_client_events_total", type="session.update") == 1
-    assert value(after, "parley_client_events_total", type="input_audio_buffer.append") == len(
-        frames
-    )
+    assert value(after, "parley_client_events_total", type="input_audio_buffer.append") == appends
     assert value(after, "parley_client_events_total", type="response.cancel") == 1
     assert value(after, "parley_errors_total", code="invalid_json") == 1
     assert value(after, "parley_errors_total", code="response_cancel_not_active") == 1

@@ -14,7 +14,7 @@ from bench.speech import load_wav, silence
 from server.app import create_app
 from server.cli import uvicorn_options
 from server.config import Settings
-from tests.support.audio import CHUNK, b64_pcm
+from tests.support.audio import ws_append_chunked
 from tests.support.events import Events
 from tests.support.recorder import Recorder
 from tests.support.servers import TEST_SETTINGS, bound_socket, serving
@@ -38,16 +38,12 @@ async def test_frames_are_reported_and_an_append_carries_its_arrival() -> None:
                 "audio": {"input": {"turn_detection": {"type": "server_vad"}}},
             }
             await ws.send(json.dumps({"type": "session.update", "session": update}))
-            frames = [pcm[i : i + CHUNK] for i in range(0, len(pcm), CHUNK)]
-            for frame in frames:
-                await ws.send(
-                    json.dumps({"type": "input_audio_buffer.append", "audio": b64_pcm(frame)})
-                )
+            appends = await ws_append_chunked(ws, pcm)
             await events.until("response.done")
             await ws.send("not json")
             await events.until("error")
     parsed = [c[1] for c in recorder.calls if c[0] == "frame_parsed"]
-    assert parsed == ["session.update"] + ["input_audio_buffer.append"] * len(frames)
+    assert parsed == ["session.update"] + ["input_audio_buffer.append"] * appends
     assert [c[1] for c in recorder.calls if c[0] == "error_sent"] == ["invalid_json"]
     (stopped,) = [c for c in recorder.calls if c[0] == "speech_stopped"]
     assert stopped[3] is not None and before < stopped[3] < time.monotonic()

@@ -56,6 +56,13 @@ class Client(Events):
         assert isinstance(error["message"], str) and error["message"]
         return error
 
+    async def refusal(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Sends `event`; the error refusing it, which names its event_id."""
+        await self.send(event)
+        error = await self.error()
+        assert error["event_id"] == event["event_id"]
+        return error
+
     async def alive(self) -> None:
         """A valid manual turn still goes through: append + commit -> committed."""
         await self.send(NO_VAD)
@@ -142,7 +149,7 @@ async def test_bad_frame_gets_an_error_and_the_session_lives(
 
 async def test_wrong_typed_field(server: RunningServer) -> None:
     async with session(server) as client:
-        await client.send(
+        error = await client.refusal(
             {
                 "type": "conversation.item.truncate",
                 "event_id": "evt_trunc",
@@ -151,10 +158,8 @@ async def test_wrong_typed_field(server: RunningServer) -> None:
                 "audio_end_ms": "abc",
             }
         )
-        error = await client.error()
         assert error["code"] in ("invalid_type", "invalid_value")
         assert error["param"] == "audio_end_ms"
-        assert error["event_id"] == "evt_trunc"
         await client.alive()
 
 
@@ -204,10 +209,8 @@ async def test_message_over_twice_the_limit_closes_with_1009(serve: ServerFactor
 
 async def test_cancel_with_no_active_response(server: RunningServer) -> None:
     async with session(server) as client:
-        await client.send({"type": "response.cancel", "event_id": "evt_cancel"})
-        error = await client.error()
+        error = await client.refusal({"type": "response.cancel", "event_id": "evt_cancel"})
         assert error["code"] == "response_cancel_not_active"
-        assert error["event_id"] == "evt_cancel"
         await client.alive()
 
 
@@ -215,10 +218,8 @@ async def test_commit_with_an_empty_buffer(server: RunningServer) -> None:
     async with session(server) as client:
         await client.send(NO_VAD)
         await client.until("session.updated")
-        await client.send({"type": "input_audio_buffer.commit", "event_id": "evt_empty"})
-        error = await client.error()
+        error = await client.refusal({"type": "input_audio_buffer.commit", "event_id": "evt_empty"})
         assert error["code"] == "input_audio_buffer_commit_empty"
-        assert error["event_id"] == "evt_empty"
         await client.alive()
 
 
@@ -228,10 +229,8 @@ async def test_response_create_while_one_is_active(serve: ServerFactory) -> None
     async with session(server) as client:
         await client.send({"type": "response.create", "event_id": "evt_first"})
         created = await client.until("response.created")
-        await client.send({"type": "response.create", "event_id": "evt_second"})
-        error = await client.error()
+        error = await client.refusal({"type": "response.create", "event_id": "evt_second"})
         assert error["code"] == "conversation_already_has_active_response"
-        assert error["event_id"] == "evt_second"
         await client.alive()
         # The first response was untouched by the refusal: cancelling it works.
         await client.send({"type": "response.cancel"})
@@ -244,7 +243,7 @@ async def test_response_create_while_one_is_active(serve: ServerFactory) -> None
 
 async def test_unsupported_speed_is_reported_and_the_rest_applies(server: RunningServer) -> None:
     async with session(server) as client:
-        await client.send(
+        error = await client.refusal(
             {
                 "type": "session.update",
                 "event_id": "evt_semantic",
@@ -257,10 +256,8 @@ async def test_unsupported_speed_is_reported_and_the_rest_applies(server: Runnin
                 },
             }
         )
-        error = await client.error()
         assert error["code"] == "unsupported_value"
         assert error["param"] == "session.audio.output.speed"
-        assert error["event_id"] == "evt_semantic"
         [updated] = [e for e in client.all if e["type"] == "session.updated"]
         vad = updated["session"]["audio"]["input"]["turn_detection"]
         assert vad["type"] == "semantic_vad"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from websockets.asyncio.client import ClientConnection
 
 from bench.speech import PCM_RATE, load_wav, silence
 from tests.support.harness import Harness
@@ -52,3 +54,12 @@ async def sdk_append_chunked(conn: Any, pcm: npt.NDArray[Any], chunk_ms: int) ->
     step = chunk_ms * PCM_RATE // 1000
     for i in range(0, len(pcm), step):
         await conn.input_audio_buffer.append(audio=b64_pcm(pcm[i : i + step]))
+
+
+async def ws_append_chunked(ws: ClientConnection, pcm: npt.NDArray[np.int16]) -> int:
+    """Append `pcm` over a raw WebSocket in CHUNK-sample frames, back to back; how many
+    frames were sent."""
+    frames = split(pcm, [CHUNK])
+    for frame in frames:
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64_pcm(frame)}))
+    return len(frames)

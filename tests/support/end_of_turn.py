@@ -8,25 +8,18 @@ import numpy as np
 import numpy.typing as npt
 
 from tests.support.harness import Harness
+from tests.support.waiting_model import WaitingModel
 
 
-class FakeEndOfTurn:
+class FakeEndOfTurn(WaitingModel[float]):
     """Each call waits on a future the test resolves (or the session cancels)."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[npt.NDArray[np.int16], asyncio.Future[float | None]]] = []
-
     async def probability(self, pcm: npt.NDArray[np.int16]) -> float | None:
-        future: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
-        self.calls.append((pcm, future))
-        return await future
-
-    def live(self) -> list[asyncio.Future[float | None]]:
-        return [f for _, f in self.calls if not f.done()]
+        return await self._wait(pcm)
 
     async def asked(self, h: Harness) -> asyncio.Future[float | None]:
         """The one call waiting for an answer, once the session has made it (the
         audio is resampled in a worker thread first)."""
-        await h.run_until(lambda: len(self.live()) == 1)
-        [future] = self.live()
+        await h.run_until(lambda: len(self.pending()) == 1)
+        [future] = self.pending()
         return future

@@ -198,3 +198,15 @@ async def a_function_call_round_trips_or_the_tools_are_kept(kit: Kit) -> None:
             assert "shipped" in answer["output"][0]["content"][0]["transcript"]
         assert kit.requests() == 2
         assert not h.errors()
+
+
+Scene = Callable[[Kit], Awaitable[None]]
+# Every scene, in order: test_executor_contract.py plays each on every executor.
+SCENES: list[Scene] = [
+    a_turn_is_answered_in_speech,
+    barge_in_mid_stream_aborts_the_model,
+    cancel_before_the_first_token,
+    a_backend_failure_fails_the_response_and_the_session_lives,
+    a_token_limit_cuts_the_answer,
+    a_function_call_round_trips_or_the_tools_are_kept,
+]

@@ -107,6 +107,11 @@ class Harness:
         audio = base64.b64encode(pcm.astype("<i2").tobytes()).decode()
         await self.send({"type": "input_audio_buffer.append", "audio": audio, **extra})
 
+    async def truncate(self, item_id: str, audio_end_ms: int, **extra: Any) -> None:
+        """conversation.item.truncate of the item's first content part."""
+        event = {"item_id": item_id, "content_index": 0, "audio_end_ms": audio_end_ms}
+        await self.send({"type": "conversation.item.truncate", **event, **extra})
+
     async def settle(self, max_steps: int = 100_000) -> None:
         """Run the loop until nothing is queued or running and all output is read.
 

@@ -98,6 +98,30 @@ class Gate:
             await asyncio.sleep(0.005)
 
 
+class Steering:
+    """A contract kit's hold, first_sentence, free and fail: the gate holds what the
+    model writes, the plan sets the next request's length and failure."""
+
+    def __init__(self, gate: Gate, plan: Plan) -> None:
+        self.gate = gate
+        self.plan = plan
+
+    def hold(self) -> None:
+        self.gate.open = False
+        self.plan.lengths = [LONG]  # the held request keeps running at the model
+
+    async def first_sentence(self) -> None:
+        self.gate.open = True  # the long answer flows, sentence by sentence
+
+    async def free(self) -> None:
+        self.gate.open = True
+        self.plan.lengths = []
+        self.plan.failing = False
+
+    def fail(self) -> None:
+        self.plan.failing = True
+
+
 class GatedEngine:
     """The real AsyncLLM behind a gate, counting requests and aborts."""
 

@@ -39,6 +39,7 @@ from tests.vllm.conftest import (
     SHORT,
     Gate,
     Plan,
+    Steering,
     newline_id,
     speakable_ids,
 )
@@ -161,21 +162,7 @@ class SteeredCompat(OpenAICompatExecutor):
 @pytest_asyncio.fixture(loop_scope="module")
 async def kit(api_server: str, tiny_model: Path) -> AsyncIterator[contract.Kit]:
     ex = SteeredCompat(api_server, newline_id(tiny_model), speakable_ids(tiny_model))
-
-    def hold() -> None:
-        ex.gate.open = False
-        ex.plan.lengths = [LONG]
-
-    async def first_sentence() -> None:
-        ex.gate.open = True
-
-    async def free() -> None:
-        ex.gate.open = True
-        ex.plan.lengths = []
-        ex.plan.failing = False
-
-    def fail() -> None:
-        ex.plan.failing = True
+    steer = Steering(ex.gate, ex.plan)
 
     async def stopped(rid: str, h: Harness) -> None:
         assert rid in ex.stats.aborted
@@ -197,12 +184,19 @@ async def kit(api_server: str, tiny_model: Path) -> AsyncIterator[contract.Kit]:
         )
 
     made = contract.Kit(
-        ex, hold, first_sentence, free, fail, lambda: ex.calls, stopped, failure_text="HTTP 404"
+        ex,
+        steer.hold,
+        steer.first_sentence,
+        steer.free,
+        steer.fail,
+        lambda: ex.calls,
+        stopped,
+        failure_text="HTTP 404",
     )
     try:
         yield made
     finally:
-        await free()
+        await steer.free()
         await ex.aclose()
 
 

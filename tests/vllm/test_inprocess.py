@@ -40,6 +40,7 @@ from tests.vllm.conftest import (
     SHORT,
     GatedEngine,
     Plan,
+    Steering,
     newline_id,
     speakable_ids,
 )
@@ -162,21 +163,7 @@ def test_the_fake_has_the_call_shapes_of_the_installed_asyncllm() -> None:
 def kit_of(ex: VllmExecutor) -> contract.Kit:
     engine, backend = engine_of(ex), backend_of(ex)
     base = engine.calls
-
-    def hold() -> None:
-        engine.gate.open = False
-        backend.plan.lengths = [LONG]  # the held request keeps running in the engine
-
-    async def first_sentence() -> None:
-        engine.gate.open = True  # the long answer flows, sentence by sentence
-
-    async def free() -> None:
-        engine.gate.open = True
-        backend.plan.lengths = []
-        backend.plan.failing = False
-
-    def fail() -> None:
-        backend.plan.failing = True
+    steer = Steering(engine.gate, backend.plan)
 
     async def stopped(rid: str, h: Harness) -> None:
         assert rid in engine.aborted
@@ -184,10 +171,10 @@ def kit_of(ex: VllmExecutor) -> contract.Kit:
 
     return contract.Kit(
         ex,
-        hold,
-        first_sentence,
-        free,
-        fail,
+        steer.hold,
+        steer.first_sentence,
+        steer.free,
+        steer.fail,
         lambda: engine.calls - base,
         stopped,
         failure_text="audio",
