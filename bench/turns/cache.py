@@ -52,3 +52,18 @@ def load_npz(path: Path) -> tuple[Meta, list[Pcm16]]:
         meta: Meta = json.loads(str(data["arr_0"]))
         tracks = [data[f"arr_{i}"].astype(np.int16) for i in range(1, len(data.files))]
     return meta, tracks
+
+
+def load_json(path: Path | None) -> dict[str, Any]:
+    """A JSON cache kept across runs: what `path` holds, else nothing yet."""
+    if path is None or not path.exists():
+        return {}
+    loaded: dict[str, Any] = json.loads(path.read_text())
+    return loaded
+
+
+def save_json(path: Path | None, cache: dict[str, Any]) -> None:
+    """Keep a JSON cache in `path` (None: not kept)."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cache))

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from bench.load.stats import pct
+from bench.turns.cache import load_json, save_json
 from bench.turns.corpus import CACHE_DIR, make_corpus
 from bench.turns.noise import Pcm16, mix, noise_bed, speech_rms
 from bench.turns.scenarios import make_scenarios
@@ -114,9 +115,7 @@ class Hearings:
 
     def __init__(self, hear: Callable[[Pcm16], Hearing], path: Path | None, model: str) -> None:
         self._hear, self._path, self._model = hear, path, model
-        self._cache: dict[str, list[list[Any]]] = {}
-        if path is not None and path.exists():
-            self._cache = json.loads(path.read_text())
+        self._cache: dict[str, list[list[Any]]] = load_json(path)
         self.made = 0
 
     def of(self, pcm: Pcm16) -> list[HeardAt]:
@@ -132,9 +131,7 @@ class Hearings:
         return [HeardAt(int(ms), str(text), bool(sure)) for ms, text, sure in self._cache[key]]
 
     def save(self) -> None:
-        if self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._path.write_text(json.dumps(self._cache))
+        save_json(self._path, self._cache)
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ detector keeps being fed. Times of events are on the audio clock (an append is
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from bench.turns.cache import load_json, save_json
 from bench.turns.corpus import Corpus, Item, Span
 from bench.turns.noise import Pcm16
 from bench.turns.run import LEAD_MS, truth_of
@@ -84,9 +84,7 @@ class ScoreCache:
     def __init__(self, model: Model, path: Path | None = None) -> None:
         self._model = model
         self._path = path
-        self._scores: dict[str, float | None] = {}
-        if path is not None and path.exists():
-            self._scores = json.loads(path.read_text())
+        self._scores: dict[str, float | None] = load_json(path)
         self.calls = 0  # model calls made (cache misses)
 
     def probability(self, pcm: Pcm16) -> float | None:
@@ -99,9 +97,7 @@ class ScoreCache:
         return self._scores[key]
 
     def save(self) -> None:
-        if self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._path.write_text(json.dumps(self._scores))
+        save_json(self._path, self._scores)
 
 
 @dataclass(frozen=True)

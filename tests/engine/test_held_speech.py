@@ -70,6 +70,15 @@ async def speech_during_an_answer(h: Harness, **interruption: Any) -> None:
     await handled(h)
 
 
+async def plays_on(h: Harness, executor: ScriptedExecutor) -> None:
+    """Nothing of the held speech reached the wire, and the answer plays to its end."""
+    assert h.of("input_audio_buffer.speech_started") == []
+    assert h.of("input_audio_buffer.committed") == [] and h.responses_done() == []
+    finish(executor)
+    await h.settle()
+    assert [r["status"] for r in h.responses_done()] == ["completed"]
+
+
 def finish(executor: ScriptedExecutor) -> None:
     assert executor.chunk_gate is not None
     for _ in range(1000):
@@ -207,11 +216,7 @@ async def test_words_the_recognizer_is_unsure_of_are_heard_again_then_dropped() 
                 await handled(h)
         lengths = [len(pcm) for pcm, _ in hearing.calls]
         assert len(lengths) >= 4 and lengths == sorted(lengths)  # heard again as it grew
-        assert h.of("input_audio_buffer.speech_started") == []
-        assert h.of("input_audio_buffer.committed") == [] and h.responses_done() == []
-        finish(executor)
-        await h.settle()
-        assert [r["status"] for r in h.responses_done()] == ["completed"]
+        await plays_on(h, executor)
 
 
 async def test_a_long_run_of_unsure_words_interrupts() -> None:
@@ -293,11 +298,7 @@ async def test_background_talk_never_interrupts_however_sure_its_words(
             finish(executor)
             return
         assert len(hearing.calls) >= 10  # heard again as it grew, then whole
-        assert h.of("input_audio_buffer.speech_started") == []
-        assert h.of("input_audio_buffer.committed") == [] and h.responses_done() == []
-        finish(executor)
-        await h.settle()
-        assert [r["status"] for r in h.responses_done()] == ["completed"]
+        await plays_on(h, executor)
 
 
 async def test_sure_words_count_once_the_speech_sounds_like_one_voice() -> None:
