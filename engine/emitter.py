@@ -36,7 +36,6 @@ from openai import BaseModel as SdkModel
 from openai.types.realtime import RealtimeErrorEvent
 
 from engine.protocol import ProtocolError
-from models.listening.echo import FarEnd
 
 E = TypeVar("E", bound=SdkModel)
 
@@ -106,13 +105,11 @@ class Outbox:
         reserve_chars: int = 24 << 20,
         *,
         current_epoch: Callable[[str], int] = lambda lane: 0,
-        far_end: Callable[[], FarEnd | None] = lambda: None,
-        on_first_audio: Callable[[str], None] | None = None,
+        on_taken: Callable[[OutEvent], None] = lambda event: None,
     ) -> None:
         """`current_epoch`: a lane's epoch now (output of another is stale);
-        `far_end`: the echo guard's record of what the client plays (None: the guard
-        is off); `on_first_audio`: told the id of an item whose first audio is taken
-        for the wire."""
+        `on_taken`: told of every event taken for the wire (what the client hears,
+        engine/playback.py)."""
         self._queue: deque[OutEvent] = deque()
         self._limit = limit
         self._reserve = reserve
@@ -124,17 +121,10 @@ class Outbox:
         self._writable.set()
         self._closed = False
         self._current_epoch = current_epoch
-        self._far_end = far_end
-        self._on_first_audio = on_first_audio
-        # Audio samples per item that reached the writer (the sent ledger).
-        self.sent_samples: dict[str, int] = {}
+        self._on_taken = on_taken
 
     def __len__(self) -> int:
         return len(self._queue)
-
-    @property
-    def far_end(self) -> FarEnd | None:
-        return self._far_end()
 
     def full(self) -> bool:
         """Output must wait: the queue is at its limit in events or in characters."""
@@ -180,11 +170,9 @@ class Outbox:
         """Output of `lane` is still queued (the writer may yet send or count it)."""
         return any(e.epoch is not None and e.lane == lane for e in self._queue)
 
-    def forget(self, item_id: str) -> None:
-        """Drop an item's entry from the sent ledger (the item is gone), unless its
-        audio is still queued: the writer would count it again as a first audio."""
-        if not any(e.item_id == item_id for e in self._queue):
-            self.sent_samples.pop(item_id, None)
+    def holds_audio_of(self, item_id: str) -> bool:
+        """Audio of the item is still queued (the writer may yet send it)."""
+        return any(e.item_id == item_id for e in self._queue)
 
     def _after_take(self) -> None:
         if not self.full():
@@ -204,17 +192,7 @@ class Outbox:
             self._after_take()
             if self._is_stale(event):
                 continue  # never sent, so never played: not on the far end either
-            far_end = self._far_end()
-            if far_end is not None:
-                if event.pcm is not None:
-                    far_end.sent(event.pcm)
-                elif event.flush is not None:
-                    far_end.cut()  # the client flushes its playback on it
-            if event.item_id is not None:
-                sent = self.sent_samples.get(event.item_id)
-                if sent is None and self._on_first_audio is not None:
-                    self._on_first_audio(event.item_id)
-                self.sent_samples[event.item_id] = (sent or 0) + event.samples
+            self._on_taken(event)
             return event
 
     def close(self) -> None:

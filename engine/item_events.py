@@ -16,8 +16,9 @@ from openai.types.realtime.realtime_server_event import ConversationItemRetrieve
 
 from engine import protocol
 from engine.conversation import Conversation, Item
-from engine.emitter import Emitter, Ids, Outbox
+from engine.emitter import Emitter, Ids
 from engine.items import item_from_wire
+from engine.playback import Playback
 from engine.responder import Responder
 
 log = logging.getLogger(__name__)
@@ -30,13 +31,13 @@ class ItemEvents:
         emit: Emitter,
         ids: Ids,
         responder: Responder,
-        outbox: Outbox,
+        playback: Playback,
     ) -> None:
         self._conversation = conversation
         self._emit = emit
         self._ids = ids
         self._responder = responder
-        self._outbox = outbox  # its sent-audio ledger bounds a truncation
+        self._playback = playback  # what was sent of an item bounds its truncation
 
     def _get(self, item_id: str, event_id: str | None) -> Item:
         item = self._conversation.get(item_id)
@@ -94,7 +95,7 @@ class ItemEvents:
                 event.event_id,
             )
         self._conversation.remove(item.id)
-        self._outbox.forget(item.id)  # nothing can truncate it now
+        self._playback.forget(item.id)  # nothing can truncate it now
         self._emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
     async def truncate(self, event: protocol.ConversationItemTruncate) -> None:
@@ -125,7 +126,7 @@ class ItemEvents:
             # The client stopped playing the response being generated: the rest of it
             # would never be heard.
             await self._responder.cancel_active("client_cancelled")
-        sent = self._outbox.sent_samples.get(item.id, 0)
+        sent = self._playback.sent_samples(item.id)
         available = min(sent, item.audio_samples)
         end_ms = self._conversation.truncate(item, event.audio_end_ms, available)
         self._emit.control(

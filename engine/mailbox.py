@@ -18,7 +18,7 @@ from engine import protocol
 from engine.held_speech import HearingDone
 from engine.mcp.tools import McpListed
 from engine.pause_scoring import EndOfTurnScored
-from engine.playback import Playback, TrackAudio
+from engine.playback import PlaybackReport, TrackAudio
 from engine.prepare_chain import Preparation
 from engine.response import ResponseFinished
 from engine.transcription import TranscriptionFinished
@@ -59,7 +59,7 @@ InternalMessage = (
     | TranscriptionFinished
     | EndOfTurnScored
     | HearingDone
-    | Playback
+    | PlaybackReport
     | McpListed
 )
 Message = protocol.ClientEvent | TrackAudio | Reject | InternalMessage | Close | Drain | End

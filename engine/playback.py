@@ -1,11 +1,15 @@
-"""What the client hears: the assistant's audio from the moment it is sent until it
-has played, and the reports of a transport that plays it itself (WebRTC).
+"""What the client hears: the assistant's audio from the moment the writer sends it
+until it has played, and the reports of a transport that plays it itself (WebRTC).
 
-The transport owns the playout; the session reads one audible clock from here.
+`Playback` is the one owner of it: how much of each item was sent (what truncation
+clamps to and an interrupted answer keeps), what the echo guard's far end is fed,
+and when the last answer stops being audible (what held speech and
+`idle_timeout_ms` read). The transport owns the playout itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,6 +22,9 @@ from openai.types.realtime.realtime_server_event import (
     OutputAudioBufferStopped,
 )
 
+from engine.emitter import OutEvent
+from models.listening.echo import FarEnd
+
 
 @dataclass(frozen=True)
 class TrackAudio:
@@ -29,7 +36,7 @@ class TrackAudio:
 
 
 @dataclass(frozen=True)
-class Playback:
+class PlaybackReport:
     """A WebRTC call's playout, which the transport paces: the first audio of a
     response played (`started`), all of it played (`stopped`), or the rest dropped
     (`cleared`, with what of `item_id` was played, to truncate the item to)."""
@@ -50,21 +57,65 @@ PLAYBACK_EVENTS: dict[str, type[SdkModel]] = {
 }
 
 
-class PlaybackClock:
-    """When the last answer stops being audible at the client, on the input audio's
-    clock (ms since the session began): held speech is held until then, and
-    `idle_timeout_ms` counts from then.
+class Playback:
+    """What the client hears, one owner (module docstring). The writer hands it every
+    event it takes for the wire (`taken`); the session, answers that end and the
+    transport's reports.
 
-    When an answer ends the clock is estimated from its length, counted from that
-    moment (Parley does not know when the client began playing it, so this is an
-    upper bound); a transport that plays the audio itself (WebRTC) reports when its
-    playout ended, which moves the clock back to then."""
+    When an answer ends, the time it is audible is estimated from its length,
+    counted from that moment on the input audio's clock (ms since the session
+    began; Parley does not know when the client began playing it, so this is an
+    upper bound); a transport that plays the audio itself reports when its playout
+    ended, which moves that back to then."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        far_end: Callable[[], FarEnd | None] = lambda: None,
+        first_audio: Callable[[str], None] | None = None,
+        queued: Callable[[str], bool] = lambda item_id: False,
+    ) -> None:
+        """`far_end`: the echo guard's record of what plays (None: the guard is
+        off); `first_audio`: told the id of an item whose first audio is sent;
+        `queued`: whether an item's audio still waits in the outbox."""
+        self._far_end = far_end
+        self._first_audio = first_audio
+        self._queued = queued
+        self._sent: dict[str, int] = {}  # audio samples per item sent to the client
         self.end_ms: int | None = None  # the last answer's audio ends here, at the client
         self.answer: str | None = None  # the response `end_ms` is for
         self.idle_from_ms: int | None = None  # idle_timeout_ms counts from here
         self.spoke = False  # an answer was heard: the voice can no longer change
+
+    # --- what was sent ----------------------------------------------------------------
+
+    def taken(self, event: OutEvent) -> None:
+        """The writer took `event` for the wire (output of an old epoch never is)."""
+        far_end = self._far_end()
+        if far_end is not None:
+            if event.pcm is not None:
+                far_end.sent(event.pcm)
+            elif event.flush is not None:
+                far_end.cut()  # the client flushes its playback on it
+        if event.item_id is not None:
+            sent = self._sent.get(event.item_id)
+            if sent is None and self._first_audio is not None:
+                self._first_audio(event.item_id)
+            self._sent[event.item_id] = (sent or 0) + event.samples
+
+    def sent_samples(self, item_id: str) -> int:
+        return self._sent.get(item_id, 0)
+
+    def sent_items(self) -> Collection[str]:
+        """The items the ledger holds (as many as the history keeps, at most)."""
+        return self._sent.keys()
+
+    def forget(self, item_id: str) -> None:
+        """The item is gone: its entry goes, unless its audio is still queued (the
+        writer would count it again as a first audio)."""
+        if not self._queued(item_id):
+            self._sent.pop(item_id, None)
+
+    # --- when it is audible -------------------------------------------------------------
 
     def answer_ended(
         self, response_id: str | None, now_ms: int, audio_ms: int | None, spoke: bool
@@ -74,7 +125,7 @@ class PlaybackClock:
             self.answer = response_id
         self.spoke = self.spoke or spoke
 
-    def reported(self, played: Playback, now_ms: int) -> None:
+    def reported(self, played: PlaybackReport, now_ms: int) -> None:
         """The transport's playout of `played.response_id` ended (stopped or cleared)."""
         if played.kind == "started" or played.response_id != self.answer:
             return

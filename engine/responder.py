@@ -43,6 +43,7 @@ from engine.limits import EngineLimits
 from engine.mcp.calls import McpCalls, cut_off
 from engine.mcp.tools import McpTools
 from engine.observer import Observer, ResponseStatus
+from engine.playback import Playback
 from engine.prepare_chain import PrepareChain
 from engine.response import (
     CONVERSATION,
@@ -83,6 +84,7 @@ class Responder:
         prepares: PrepareChain,
         emit: Emitter,
         outbox: Outbox,
+        playback: Playback,
         ids: Ids,
         limits: EngineLimits,
         session_id: str,
@@ -97,6 +99,7 @@ class Responder:
         self._prepares = prepares
         self._emit = emit
         self._outbox = outbox
+        self._playback = playback  # what the client was sent of each answer
         self._ids = ids
         self._limits = limits
         self._session_id = session_id
@@ -439,7 +442,7 @@ class Responder:
         cut_off(stream.calls)  # an MCP call still running never answers now
         kept = 0
         if stream.message_open:
-            kept = stream.close_message(status, self._outbox.sent_samples.get(item.id, 0))
+            kept = stream.close_message(status, self._playback.sent_samples(item.id))
         if in_band:
             # The output takes the message's place, in output order (an MCP call
             # made before the answer stands before it); an unannounced message leaves.
@@ -468,4 +471,4 @@ class Responder:
             if not self._outbox.holds_output_of(lane):
                 del self._oob_ended[lane]
                 self._oob_epochs.pop(lane, None)
-                self._outbox.forget(item_id)
+                self._playback.forget(item_id)

@@ -10,7 +10,7 @@ conversation items, and composes owners that return decisions rather than call b
   engine/semantic_turns.py), the end-of-turn model's scoring at pauses
   (engine/pause_scoring.py) and speculation during a pause (engine/speculation.py);
 - held speech (engine/held_speech.py): speech while the assistant is audible, which
-  must qualify before it interrupts; the playback clock (engine/playback.py) says how
+  must qualify before it interrupts; playback (engine/playback.py) says how
   long the assistant is audible;
 - the prepare chain (engine/prepare_chain.py) hands committed turns to the model,
   in wire order;
@@ -25,6 +25,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -59,7 +60,7 @@ from engine.mcp.client import McpClient, NoMcp
 from engine.mcp.tools import McpListed, McpTools
 from engine.observer import Observer
 from engine.pause_scoring import EndOfTurnScored
-from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackClock, TrackAudio
+from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackReport, TrackAudio
 from engine.prepare_chain import PrepareChain, PrepareChainBroken
 from engine.responder import Responder, ResponseEnded
 from engine.response import (
@@ -124,12 +125,12 @@ class Session:
             self.limits.outbox_limit_chars,
             self.limits.outbox_reserve_chars,
             current_epoch=lambda lane: self.responder.lane_epoch(lane),
-            far_end=lambda: self.input.far_end,
-            on_first_audio=(
-                None
-                if observer is None
-                else lambda item: observer.first_audio_sent(session_id, item)
-            ),
+            on_taken=lambda event: self.playback.taken(event),
+        )
+        # What the client hears: what was sent, and until when an answer is audible.
+        first_audio = None if observer is None else partial(observer.first_audio_sent, session_id)
+        self.playback = Playback(
+            lambda: self.input.far_end, first_audio, queued=self.outbox.holds_audio_of
         )
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
@@ -142,7 +143,6 @@ class Session:
         self.held = HeldSpeech(
             None if hearing is None else OffLoopHearing(hearing, self._post, self.session_id)
         )
-        self.playback_clock = PlaybackClock()
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
@@ -161,6 +161,7 @@ class Session:
             prepares=self.prepares,
             emit=self.emit,
             outbox=self.outbox,
+            playback=self.playback,
             ids=self.ids,
             limits=self.limits,
             session_id=self.session_id,
@@ -171,7 +172,9 @@ class Session:
         )
         self._busy = False
         self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
-        self.items = ItemEvents(self.conversation, self.emit, self.ids, self.responder, self.outbox)
+        self.items = ItemEvents(
+            self.conversation, self.emit, self.ids, self.responder, self.playback
+        )
         self.transcription = InputTranscription(executor, self.emit, self.conversation, self._post)
 
     @property
@@ -193,7 +196,7 @@ class Session:
         """Queue audio from a media track (24 kHz pcm16); waits as `submit` does."""
         await self.mailbox.feed(pcm, received_at)
 
-    def playback(self, played: Playback) -> None:
+    def report_playback(self, played: PlaybackReport) -> None:
         """The transport's playout moved on (WebRTC: the server plays the audio)."""
         self._post(played)
 
@@ -216,8 +219,7 @@ class Session:
         self._post(End())
 
     def handled(self) -> bool:
-        """Every message so far is handled: the mailbox is empty and none is being
-        handled (work they started may still run)."""
+        """Every message so far is handled (work they started may still run)."""
         return self.mailbox.empty() and not self._busy
 
     def idle(self) -> bool:
@@ -333,7 +335,7 @@ class Session:
                 await self._on_end_of_turn_scored(m)
             case HearingDone():
                 await self._on_hearing_done(m)
-            case Playback():
+            case PlaybackReport():
                 await self._on_playback(m)
             case McpListed():
                 self.mcp.listed(m)
@@ -418,7 +420,7 @@ class Session:
         if isinstance(event, SpeechStarted):
             if self.held.held is not None:  # the last held speech ended, unheard: decide now
                 await self._advance_held(final=True)
-            self.playback_clock.user_spoke()
+            self.playback.user_spoke()
             item_id = self.ids.new("item")
             start = self.buffer.ms_to_pos(event.audio_start_ms)
             self._speech = (item_id, start)
@@ -466,7 +468,7 @@ class Session:
 
     # --- playout by the transport (WebRTC) ---------------------------------------------
 
-    async def _on_playback(self, played: Playback) -> None:
+    async def _on_playback(self, played: PlaybackReport) -> None:
         """Tell the client what the server's playout did; when it dropped the rest of
         an item's audio, the item keeps only what was played (as OpenAI truncates an
         interrupted answer over WebRTC by itself)."""
@@ -475,7 +477,7 @@ class Session:
             self.emit.control(announced, response_id=played.response_id)
         # The server played it: its playback ended now, not at the estimate made when
         # the answer ended (held speech and idle_timeout_ms count from here).
-        self.playback_clock.reported(played, self._now_ms())
+        self.playback.reported(played, self._now_ms())
         if played.item_id is not None:
             await self.items.truncate_played(played.item_id, played.played_ms)
 
@@ -483,7 +485,7 @@ class Session:
 
     def _assistant_audible(self) -> bool:
         """A response is streaming, or its audio may still be playing at the client."""
-        return self.responder.active is not None or self.playback_clock.audible(self._now_ms())
+        return self.responder.active is not None or self.playback.audible(self._now_ms())
 
     def _interruption(self) -> InterruptionParams | None:
         """Qualified interruption's settings: the session's; with it off but the echo
@@ -528,8 +530,7 @@ class Session:
     # --- semantic_vad: the end-of-turn model ---------------------------------------------
 
     def _score_pause(self, pause_id: int) -> None:
-        """Ask the end-of-turn model about the turn so far, off this task; the answer
-        comes back through the mailbox as `EndOfTurnScored`."""
+        """Ask the end-of-turn model about the turn so far (answered by mailbox)."""
         if self._speech is None:
             return
         window = self.buffer.ms_to_pos(round(END_OF_TURN_WINDOW_S * 1000))
@@ -579,7 +580,7 @@ class Session:
         if params is None or params.idle_timeout_ms is None or self.responder.active is not None:
             return
         now_ms = self._now_ms()
-        since = self.playback_clock.idle_since(now_ms, params.idle_timeout_ms)
+        since = self.playback.idle_since(now_ms, params.idle_timeout_ms)
         if since is None:
             return
         item_id = self.ids.new("item")
@@ -673,7 +674,7 @@ class Session:
         does anything change, so a refused update leaves the session as it was."""
         old = self.config
         new = apply_update(
-            old, event.session, audio_started=self.playback_clock.spoke, event_id=event.event_id
+            old, event.session, audio_started=self.playback.spoke, event_id=event.event_id
         )
         change = self.input.prepare(old, new, event.event_id)
         vad_changed = new.turn_detection != old.turn_detection
@@ -709,9 +710,7 @@ class Session:
     def _on_response_ended(self, ended: ResponseEnded) -> None:
         """What an ended response changes here (the Responder calls this once per
         response, before its `response.done`)."""
-        self.playback_clock.answer_ended(
-            ended.response_id, self._now_ms(), ended.audio_ms, ended.spoke
-        )
+        self.playback.answer_ended(ended.response_id, self._now_ms(), ended.audio_ms, ended.spoke)
         self._bound_history()
 
     # --- history ----------------------------------------------------------------------
@@ -732,7 +731,7 @@ class Session:
         )
         for item in dropped:
             self.conversation.remove(item.id)
-            self.outbox.forget(item.id)
+            self.playback.forget(item.id)
             self.emit.control(ConversationItemDeletedEvent, item_id=item.id)
 
     # --- shutdown -------------------------------------------------------------------------

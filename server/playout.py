@@ -23,7 +23,7 @@ import numpy.typing as npt
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av import AudioFrame
 
-from engine.playback import Playback
+from engine.playback import PlaybackReport
 from models.base import PCM_RATE
 from server.rtc_audio import FRAME, FrameClock, audio_frame
 
@@ -39,7 +39,7 @@ class _Chunk:
 class PlayoutQueue:
     """What is queued for the track and what of each item was played."""
 
-    def __init__(self, report: Callable[[Playback], None]) -> None:
+    def __init__(self, report: Callable[[PlaybackReport], None]) -> None:
         self._report = report
         self._chunks: deque[_Chunk] = deque()
         self.played: dict[str, int] = {}  # item id → samples played
@@ -66,7 +66,7 @@ class PlayoutQueue:
             if not any(c.response_id == playing for c in self._chunks):
                 self.playing = None
                 self._finished.discard(playing)
-                self._report(Playback("stopped", playing))
+                self._report(PlaybackReport("stopped", playing))
 
     def next_frame(self) -> npt.NDArray[np.int16]:
         """The next FRAME samples to play: queued audio, then silence."""
@@ -76,10 +76,10 @@ class PlayoutQueue:
             chunk = self._chunks[0]
             if chunk.response_id != self.playing:
                 if self.playing is not None:  # a new response while one still played
-                    self._report(Playback("stopped", self.playing))
+                    self._report(PlaybackReport("stopped", self.playing))
                     self._finished.discard(self.playing)
                 self.playing = chunk.response_id
-                self._report(Playback("started", chunk.response_id))
+                self._report(PlaybackReport("started", chunk.response_id))
             take = min(FRAME - filled, len(chunk.pcm) - chunk.at)
             out[filled : filled + take] = chunk.pcm[chunk.at : chunk.at + take]
             chunk.at += take
@@ -110,11 +110,11 @@ class PlayoutQueue:
         kind: str = "cleared" if announce else "dropped"
         if not cut:
             if announce:
-                self._report(Playback("cleared", response))
+                self._report(PlaybackReport("cleared", response))
             return True
         for item_id in cut:
             played_ms = self.played.get(item_id, 0) * 1000 // PCM_RATE
-            self._report(Playback(kind, response, item_id, played_ms))  # type: ignore[arg-type]
+            self._report(PlaybackReport(kind, response, item_id, played_ms))  # type: ignore[arg-type]
             kind = "dropped"
         return True
 

@@ -87,7 +87,7 @@ class Call:
         self.session = session
         self.settings = settings
         self.pc = RTCPeerConnection(ice_configuration(settings))
-        self.playout = PlayoutQueue(session.playback)
+        self.playout = PlayoutQueue(session.report_playback)
         self.track = PlayoutTrack(self.playout)
         self.channel: RTCDataChannel | None = None
         self.sidebands: set[Sideband] = set()

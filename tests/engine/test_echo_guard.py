@@ -15,23 +15,17 @@ import pytest
 
 from bench.speech import load_wav
 from engine.emitter import Flush, Outbox, OutEvent
+from engine.playback import Playback
 from models.listening.echo import FarEnd, wall_index
 from models.listening.vad import SileroOnnxBackend
 from models.scripted import ScriptedExecutor
+from tests.support.clock import FakeClock
 from tests.support.harness import Harness
 
 STEP = 480  # 20 ms appends
 ECHO_GAIN = 10 ** (-10 / 20)
 ECHO_DELAY = 2400  # 100 ms
 OVER_AT = 2 * 24_000  # the user starts talking over the echo 2 s into the answer
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 async def handled(h: Harness) -> None:
@@ -156,8 +150,7 @@ async def test_the_setting_is_applied_but_not_echoed() -> None:
         await h.settle()
         assert h.errors() == []
         assert (
-            h.session.input.echo is not None
-            and h.session.outbox.far_end is h.session.input.echo.far
+            h.session.input.echo is not None and h.session.input.far_end is h.session.input.echo.far
         )
         for kind in ("session.created", "session.updated"):
             [event] = h.of(kind)
@@ -165,7 +158,7 @@ async def test_the_setting_is_applied_but_not_echoed() -> None:
         await h.update_audio(input={"echo_cancellation": None})
         await h.settle()
         assert h.errors() == []
-        assert h.session.input.echo is None and h.session.outbox.far_end is None
+        assert h.session.input.echo is None and h.session.input.far_end is None
 
 
 async def test_an_unknown_type_is_refused_and_the_session_lives() -> None:
@@ -185,7 +178,8 @@ async def test_the_far_end_is_what_the_writer_sends_not_what_it_drops() -> None:
 
     clock = FakeClock()
     far, epoch = FarEnd(clock), {"conversation": 0}
-    box = Outbox(current_epoch=lambda lane: epoch[lane], far_end=lambda: far)
+    played = Playback(far_end=lambda: far)
+    box = Outbox(current_epoch=lambda lane: epoch[lane], on_taken=played.taken)
     pcm = np.full(2400, 1000, np.int16)
     delta = "response.output_audio.delta"
     await box.put(OutEvent("a", delta, 0, item_id="i", samples=2400, pcm=pcm))

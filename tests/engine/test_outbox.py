@@ -7,11 +7,12 @@ import asyncio
 import pytest
 
 from engine.emitter import Outbox, OutboxOverflow, OutEvent
+from engine.playback import Playback
 
 
 async def test_outbox_drops_stale_output_and_keeps_control() -> None:
-    epoch = 0
-    box = Outbox(limit=4, reserve=2, current_epoch=lambda lane: epoch)
+    epoch, played = 0, Playback()
+    box = Outbox(limit=4, reserve=2, current_epoch=lambda lane: epoch, on_taken=played.taken)
     await box.put(OutEvent("a1", "d", epoch=0, item_id="i", samples=10))
     await box.put(OutEvent("a2", "d", epoch=0, item_id="i", samples=10))
     first = await box.get()
@@ -20,7 +21,7 @@ async def test_outbox_drops_stale_output_and_keeps_control() -> None:
     box.put_control(OutEvent("done", "response.done"))
     second = await box.get()
     assert second is not None and second.text == "done"  # a2 never reaches the wire
-    assert box.sent_samples == {"i": 10}
+    assert played.sent_samples("i") == 10 and list(played.sent_items()) == ["i"]
 
 
 async def test_outbox_backpressure_and_reserve() -> None:
@@ -46,14 +47,19 @@ async def test_outbox_backpressure_and_reserve() -> None:
 
 
 async def test_an_item_is_forgotten_only_once_its_audio_left_the_queue() -> None:
-    box = Outbox(limit=4, reserve=2)
-    await box.put(OutEvent("a", "response.output_audio.delta", 0, item_id="x", samples=10))
-    box.sent_samples["x"] = 5
-    box.forget("x")  # still queued: the writer would count it as a first audio again
-    assert box.sent_samples == {"x": 5} and box.holds_output_of("conversation")
+    firsts: list[str] = []
+    box = Outbox(limit=4, reserve=2, on_taken=lambda event: played.taken(event))
+    played = Playback(first_audio=firsts.append, queued=box.holds_audio_of)
+    delta = "response.output_audio.delta"
+    await box.put(OutEvent("a", delta, 0, item_id="x", samples=5))
+    await box.put(OutEvent("b", delta, 0, item_id="x", samples=10))
     assert await box.get() is not None
-    box.forget("x")
-    assert box.sent_samples == {} and not box.holds_output_of("conversation")
+    played.forget("x")  # still queued: the writer would count it as a first audio again
+    assert played.sent_samples("x") == 5 and box.holds_audio_of("x")
+    assert await box.get() is not None
+    played.forget("x")
+    assert list(played.sent_items()) == [] and not box.holds_audio_of("x")
+    assert firsts == ["x"]
 
 
 async def test_outbox_is_bounded_in_characters_too() -> None:

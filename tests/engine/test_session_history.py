@@ -99,7 +99,7 @@ async def test_released_items_stay_addressable() -> None:
             answer.id,
         ]
         assert h.session.conversation.get(answer2.id) is None
-        assert answer2.id not in h.session.outbox.sent_samples  # its ledger entry went too
+        assert answer2.id not in h.session.playback.sent_items()  # its ledger entry went too
 
 
 async def test_truncate_an_assistant_item_the_client_wrote() -> None:

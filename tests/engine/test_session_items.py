@@ -454,5 +454,5 @@ async def test_ended_out_of_band_responses_leave_nothing_behind() -> None:
             ]
             assert len(deltas) == len(words)
         assert all(h.session.responder.lane_epoch(r["id"]) == -1 for r in done[:10])
-        assert len(h.session.outbox.sent_samples) <= 1
+        assert len(h.session.playback.sent_items()) <= 1
         assert not h.errors()

@@ -1,12 +1,12 @@
 """A session fed by a WebRTC call: audio from the track (`Session.feed`, already
-decoded) and the transport's playout reports (`Session.playback`)."""
+decoded) and the transport's playout reports (`Session.report_playback`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from engine.limits import EngineLimits
-from engine.playback import Playback
+from engine.playback import PlaybackReport
 from tests.support.audio import CHUNK, utterance
 from tests.support.harness import Harness
 
@@ -31,10 +31,10 @@ async def test_the_server_s_playout_ends_the_answer_s_audible_time_when_it_ends(
         await feed(h, utterance("weather"))
         (done,) = h.responses_done()
         # Until told, the session counts the answer audible for its whole length.
-        clock, now_ms = h.session.playback_clock, h.session.buffer.pos_to_ms(h.session.buffer.end)
+        clock, now_ms = h.session.playback, h.session.buffer.pos_to_ms(h.session.buffer.end)
         assert clock.answer == done["id"] and clock.audible(now_ms)
-        h.session.playback(Playback("started", done["id"]))
-        h.session.playback(Playback("stopped", done["id"]))
+        h.session.report_playback(PlaybackReport("started", done["id"]))
+        h.session.report_playback(PlaybackReport("stopped", done["id"]))
         await h.settle()
         assert h.types()[-2:] == ["output_audio_buffer.started", "output_audio_buffer.stopped"]
         assert h.of("output_audio_buffer.stopped")[0]["response_id"] == done["id"]
@@ -46,14 +46,14 @@ async def test_a_cleared_playout_truncates_the_item_to_what_was_played() -> None
         await feed(h, utterance("weather"))
         (done,) = h.responses_done()
         item_id = done["output"][0]["id"]
-        h.session.playback(Playback("cleared", done["id"], item_id, played_ms=300))
+        h.session.report_playback(PlaybackReport("cleared", done["id"], item_id, played_ms=300))
         await h.settle()
         (cleared,) = h.of("output_audio_buffer.cleared")
         (truncated,) = h.of("conversation.item.truncated")
         assert cleared["response_id"] == done["id"]
         assert (truncated["item_id"], truncated["audio_end_ms"]) == (item_id, 300)
         # A client's own clear already had its event: truncation only, no second one.
-        h.session.playback(Playback("dropped", done["id"], item_id, played_ms=200))
+        h.session.report_playback(PlaybackReport("dropped", done["id"], item_id, played_ms=200))
         await h.settle()
         assert len(h.of("output_audio_buffer.cleared")) == 1
         assert h.of("conversation.item.truncated")[-1]["audio_end_ms"] == 200

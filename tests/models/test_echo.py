@@ -14,14 +14,7 @@ import soxr
 from bench.speech import load_wav
 from models.listening.echo import FarEnd, own_voice_score, wall_index
 from models.listening.frame_stage import RATE
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.support.clock import FakeClock
 
 
 def tone(ms: int, level: int = 1000) -> npt.NDArray[np.int16]:
@@ -30,7 +23,7 @@ def tone(ms: int, level: int = 1000) -> npt.NDArray[np.int16]:
 
 
 def test_a_burst_of_deltas_plays_back_to_back_from_the_first() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     far = FarEnd(clock)
     t0 = wall_index(clock.t)
     far.sent(tone(100, 1000))
@@ -44,7 +37,7 @@ def test_a_burst_of_deltas_plays_back_to_back_from_the_first() -> None:
 
 
 def test_after_an_underrun_a_delta_plays_when_it_is_sent() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     far = FarEnd(clock)
     t0 = wall_index(clock.t)
     far.sent(tone(100))
@@ -57,7 +50,7 @@ def test_after_an_underrun_a_delta_plays_when_it_is_sent() -> None:
 
 
 def test_a_barge_in_cuts_what_was_still_to_play() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     far = FarEnd(clock)
     t0 = wall_index(clock.t)
     far.sent(tone(1000))
@@ -71,7 +64,7 @@ def test_a_barge_in_cuts_what_was_still_to_play() -> None:
 
 
 def test_the_past_is_kept_a_few_seconds_only() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     far = FarEnd(clock, keep_s=1.0)
     t0 = wall_index(clock.t)
     far.sent(tone(100))

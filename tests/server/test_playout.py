@@ -10,7 +10,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from openai.types.realtime import RealtimeErrorEvent
 
 from engine.emitter import Flush, OutEvent
-from engine.playback import Playback
+from engine.playback import PlaybackReport
 from server.config import Settings
 from server.playout import FRAME, PlayoutQueue
 from server.webrtc import (
@@ -26,8 +26,8 @@ def tone(frames: int) -> np.ndarray:
     return np.full(frames * FRAME, 1000, np.int16)
 
 
-def queue() -> tuple[PlayoutQueue, list[Playback]]:
-    reports: list[Playback] = []
+def queue() -> tuple[PlayoutQueue, list[PlaybackReport]]:
+    reports: list[PlaybackReport] = []
     return PlayoutQueue(reports.append), reports
 
 
@@ -35,12 +35,12 @@ def test_started_at_the_first_frame_and_stopped_once_done_and_played() -> None:
     q, reports = queue()
     assert not q.next_frame().any() and reports == []  # silence before any audio
     q.push("resp_1", "item_1", tone(3))
-    assert q.next_frame().all() and reports == [Playback("started", "resp_1")]
+    assert q.next_frame().all() and reports == [PlaybackReport("started", "resp_1")]
     q.next_frame()
     q.next_frame()
     assert q.queued_samples == 0 and reports[-1].kind == "started"  # not done yet
     q.finish("resp_1")
-    assert reports[-1] == Playback("stopped", "resp_1")
+    assert reports[-1] == PlaybackReport("stopped", "resp_1")
     assert q.played == {"item_1": 3 * FRAME}
 
 
@@ -60,7 +60,7 @@ def test_clear_reports_what_was_played_of_the_item_and_drops_the_rest() -> None:
     for _ in range(4):
         q.next_frame()
     assert q.clear()
-    assert reports[-1] == Playback("cleared", "resp_1", "item_1", 4 * FRAME * 1000 // 24_000)
+    assert reports[-1] == PlaybackReport("cleared", "resp_1", "item_1", 4 * FRAME * 1000 // 24_000)
     assert q.queued_samples == 0 and not q.next_frame().any()
     assert not q.clear()  # nothing left: no second report
     assert len(reports) == 2
@@ -71,7 +71,7 @@ def test_a_clear_the_client_asked_for_truncates_without_a_second_event() -> None
     q.push("resp_1", "item_1", tone(5))
     q.next_frame()
     q.clear(announce=False)
-    assert reports[-1] == Playback("dropped", "resp_1", "item_1", FRAME * 1000 // 24_000)
+    assert reports[-1] == PlaybackReport("dropped", "resp_1", "item_1", FRAME * 1000 // 24_000)
 
 
 def test_a_partial_frame_is_padded_and_counted_exactly() -> None:
@@ -120,9 +120,9 @@ class _Reports:
     """What a Call needs of its session to build its playout."""
 
     def __init__(self) -> None:
-        self.played: list[Playback] = []
+        self.played: list[PlaybackReport] = []
 
-    def playback(self, played: Playback) -> None:
+    def report_playback(self, played: PlaybackReport) -> None:
         self.played.append(played)
 
 
@@ -140,6 +140,6 @@ async def test_a_call_s_playout_clears_where_the_session_marked_an_interruption(
         call.playout.push("resp_2", "item_2", tone(1))
         call.playout.next_frame()
         call._steer_playout(OutEvent("{}", "response.done", response_id="resp_2"))
-        assert session.played[-1] == Playback("stopped", "resp_2")
+        assert session.played[-1] == PlaybackReport("stopped", "resp_2")
     finally:
         await call.pc.close()
