@@ -112,6 +112,8 @@ class ExecutorStats:
     For benchmarks and tests; executors add their own counters."""
 
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Tokens the model generated per response, where the executor counts them.
+    tokens_by_request: dict[str, int] = field(default_factory=dict)
 
     def mark(self, key: str, milestone: str) -> None:
         self.marks.setdefault(key, {}).setdefault(milestone, time.monotonic())

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -220,14 +220,8 @@ class _Request(RequestState):
     finished: bool = False
 
 
-@dataclass
-class VllmStats(TextThenSpeechStats):
-    tokens_by_request: dict[str, int] = field(default_factory=dict)
-
-
 class VllmExecutor(TextThenSpeechExecutor[_Request]):
     name = "vllm"
-    stats: VllmStats
 
     def __init__(
         self,
@@ -257,7 +251,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
             or estimate_tokens
         )
         self.engine: EngineLike | None = None
-        self.stats = VllmStats()
+        self.stats = TextThenSpeechStats()
 
     @property
     def running(self) -> int:
