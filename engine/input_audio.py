@@ -63,7 +63,7 @@ class InputAudio:
             else None
         )
         self._echo_base = 0  # the buffer position of the canceller's first input sample
-        self.track_overflow_told = False  # a track's audio past the buffer's bound
+        self._track_dropping = False  # a track's audio is dropped past the buffer's bound
 
     @property
     def far_end(self) -> FarEnd | None:
@@ -109,6 +109,13 @@ class InputAudio:
         if self.denoiser is not None:
             self.denoiser.reset()
         self.buffer.clear()
+
+    def track_dropped(self, dropped: bool) -> bool:
+        """Whether a track's audio was `dropped` (past the buffer's bound) or taken;
+        True only at the first drop of a run, when the client is told."""
+        first = dropped and not self._track_dropping
+        self._track_dropping = dropped
+        return first
 
     def held_ms(self) -> int:
         return self.buffer.pos_to_ms(len(self.buffer))

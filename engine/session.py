@@ -367,19 +367,17 @@ class Session:
     async def _on_track_audio(self, audio: TrackAudio) -> None:
         # A track cannot be refused an append at a time: past the bound its audio is
         # dropped, and the client told once.
-        if self._no_room_for(len(audio.pcm) * 1000 / PCM_RATE):
-            if not self.input.track_overflow_told:
-                self.input.track_overflow_told = True
-                self._error(
-                    protocol.ProtocolError(
-                        "input_audio_buffer_full",
-                        f"The input audio buffer holds at most {self.limits.max_buffer_ms}"
-                        " ms; commit or clear it. Track audio is dropped until then.",
-                    )
+        dropped = self._no_room_for(len(audio.pcm) * 1000 / PCM_RATE)
+        if self.input.track_dropped(dropped):
+            self._error(
+                protocol.ProtocolError(
+                    "input_audio_buffer_full",
+                    f"The input audio buffer holds at most {self.limits.max_buffer_ms}"
+                    " ms; commit or clear it. Track audio is dropped until then.",
                 )
-            return
-        self.input.track_overflow_told = False
-        await self._take_audio(audio.pcm, audio.received_at)
+            )
+        if not dropped:
+            await self._take_audio(audio.pcm, audio.received_at)
 
     async def _take_audio(self, pcm: npt.NDArray[np.int16], received_at: float | None) -> None:
         """Decoded input, 24 kHz: echo and noise, the buffer, VAD and turns."""

@@ -63,3 +63,14 @@ def test_a_missing_model_refuses_the_update_by_its_param(monkeypatch: pytest.Mon
         audio.prepare(old, replace(old, noise_reduction="far_field"), "e4")
     assert refused.value.param == "session.audio.input.noise_reduction"
     assert refused.value.event_id == "e4"
+
+
+def test_dropped_track_audio_is_told_once_a_run() -> None:
+    audio = InputAudio(SessionConfig(model="m"), clock=lambda: 0.0)
+    assert [audio.track_dropped(d) for d in (True, True, False, True, True)] == [
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
