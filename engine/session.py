@@ -57,6 +57,7 @@ from engine.items import prompt_item
 from engine.limits import EngineLimits
 from engine.mailbox import Close, Drain, End, Mailbox, Message, PreparationFinished, Reject
 from engine.mcp.client import McpClient, NoMcp
+from engine.mcp.egress import tools_refusal
 from engine.mcp.tools import McpListed, McpTools
 from engine.observer import Observer
 from engine.pause_scoring import EndOfTurnScored
@@ -112,9 +113,12 @@ class Session:
         # `preset`: a configuration fixed before the client connected (an ephemeral
         # key's session); validated when it was made, so it applies cleanly here.
         config = SessionConfig(model=model)
+        mcp_client = mcp_client or NoMcp()
         # A WebRTC call may bring its own on top of its key's, applied in that order.
         for each in preset if isinstance(preset, tuple) else (preset,) if preset else ():
             config = apply_update(config, each, audio_started=False)
+            if (refused := tools_refusal(each.tools, mcp_client.policy)) is not None:
+                raise refused  # a key's was checked when made; a call's own part is new
         self.config = config
         self.observer = observer  # None: nothing is reported, at no cost
         self.input = InputAudio(self.config, clock)
@@ -148,7 +152,7 @@ class Session:
         )
         # The session's MCP servers (engine/mcp/tools.py), listed from `run` on.
         self.mcp = McpTools(
-            mcp_client or NoMcp(),
+            mcp_client,
             emit=self.emit,
             conversation=self.conversation,
             new_id=self.ids.new,
@@ -674,6 +678,10 @@ class Session:
         new = apply_update(
             old, event.session, audio_started=self.playback.spoke, event_id=event.event_id
         )
+        # Refused before anything is sent to them (engine/mcp/egress.py).
+        refused = tools_refusal(event.session.tools, self.mcp.client.policy, event.event_id)
+        if refused is not None:
+            raise refused
         change = self.input.prepare(old, new, event.event_id)
         vad_changed = new.turn_detection != old.turn_detection
         detector = (

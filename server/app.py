@@ -20,6 +20,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from engine.mcp.client import StreamableHttpMcp
+from engine.mcp.egress import policy_of
 from engine.observer import Observer
 from engine.vad import VadBackend
 from models.base import Executor
@@ -150,7 +151,7 @@ def create_app(
     # default); its model loads in the background once the server starts.
     hearing = WhisperHearing(settings.hearing_model)
     # Reaches the MCP servers a session names (`type: "mcp"` tools), for every session.
-    mcp_client = StreamableHttpMcp()
+    mcp_client = StreamableHttpMcp(policy_of(settings.mcp_allowed_origins, settings.mcp_public))
     install_redaction()  # no audio or key in the WebSocket library's debug lines
     metrics = Metrics() if settings.metrics else None
     metered = MetricsObserver(metrics, time.monotonic) if metrics else None
@@ -259,6 +260,7 @@ def create_app(
             parse_client_secret_request(body),
             default_model=settings.model,
             default_ttl_s=settings.ephemeral_ttl_s,
+            mcp_policy=mcp_client.policy,
         )
         return Response(minted, media_type="application/json")
 

@@ -23,6 +23,7 @@ from openai.types.realtime import SessionCreatedEvent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.emitter import build
+from engine.mcp.egress import OFF, McpPolicy, tools_refusal
 from engine.protocol import (
     ProtocolError,
     SessionIn,
@@ -235,7 +236,12 @@ def client_secret_request(raw: dict[str, Any]) -> ClientSecretRequest:
 
 
 def create_client_secret(
-    keys: KeyStore, request: ClientSecretRequest, *, default_model: str, default_ttl_s: int
+    keys: KeyStore,
+    request: ClientSecretRequest,
+    *,
+    default_model: str,
+    default_ttl_s: int,
+    mcp_policy: McpPolicy = OFF,
 ) -> bytes:
     """Mint an ephemeral key for `request.session`: the JSON body of the SDK's
     `ClientSecretCreateResponse`. The session is checked the way `session.update`
@@ -252,6 +258,8 @@ def create_client_secret(
             config = apply_update(config, preset, audio_started=False)
         except ProtocolError as exc:
             raise bad_request(exc) from None
+        if (refused := tools_refusal(preset.tools, mcp_policy)) is not None:
+            raise bad_request(refused)  # its MCP servers, as session.update checks them
     ttl = request.expires_after.seconds if request.expires_after else default_ttl_s
     # Written out as session.created will write it, so that a session too deep for
     # its events is refused now, not when the key opens it.

@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from engine.mcp.egress import parse_origin
+
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 VadBackendName = Literal["silero", "webrtc"]
 ExecutorName = Literal["cascade", "scripted", "vllm", "openai_compat"]
@@ -119,6 +121,24 @@ class Settings(BaseSettings):
     ice_servers: Annotated[list[str], NoDecode] = []
     ice_username: str | None = None
     ice_credential: SecretStr | None = None
+    # MCP servers sessions may name (`type: "mcp"` tools; docs/deploy.md, "MCP
+    # servers"). Off by default: a URL a client chooses would otherwise reach the
+    # operator's network. Allowed origins (PARLEY_MCP_ALLOWED_ORIGINS=
+    # https://mcp.example.com,https://*.tools.example/mcp,http://10.0.0.5:9000; the
+    # host exact or *.suffix, an optional path prefix) are trusted wherever they
+    # resolve; `mcp_public` opens any https server whose addresses are all public.
+    mcp_allowed_origins: Annotated[list[str], NoDecode] = []
+    mcp_public: bool = False
+
+    @field_validator("mcp_allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [o.strip() for o in value.split(",") if o.strip()]
+        if isinstance(value, list):
+            for origin in value:
+                parse_origin(str(origin))  # a bad entry stops the server at start
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -6,8 +6,15 @@ Every failure comes back as an `McpError` in OpenAI's shape, never as an excepti
 a server that cannot be reached, answers with an error status, breaks the protocol,
 takes longer than `timeout_s`, or whose tool reports an error.
 
-`NoMcp` reaches no server: a session that was handed no client can name MCP servers
-(their listing fails) without the engine opening a connection of its own.
+Where a connection may go is the operator's policy (engine/mcp/egress.py): the
+session refuses a server the policy refuses before anything is sent, and the
+connection goes only to the address checked when it is made (engine/mcp/transport.py).
+A hostile server is bounded: its answers are read to a byte cap, a listing stops after
+`max_pages` pages and keeps `max_tools` tools, a tool whose schema is too large or deep
+is dropped, and outputs are cut at MAX_OUTPUT_CHARS.
+
+`NoMcp` reaches no server: its policy is off, so a session handed no client refuses
+MCP servers, and the engine never opens a connection of its own.
 """
 
 from __future__ import annotations
@@ -17,15 +24,28 @@ import json
 import logging
 from typing import Any, Protocol
 
+from engine.mcp.egress import OFF, McpPolicy, target_of
 from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
+from engine.mcp.transport import (
+    AnswerTooLarge,
+    EgressRefused,
+    PinnedTransport,
+    Resolver,
+    pin,
+    resolve,
+)
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 30.0  # a listing or a call that takes longer fails
 MAX_OUTPUT_CHARS = 100_000  # a call's text output is cut here (it goes into a prompt)
+MAX_ERROR_CHARS = 500  # what a failure says of its cause (a server may write anything)
 
 
 class McpClient(Protocol):
+    @property
+    def policy(self) -> McpPolicy: ...  # which servers a session may name
+
     async def list_tools(self, server: McpServer) -> list[McpTool] | McpError: ...
 
     async def call_tool(
@@ -48,6 +68,8 @@ class NoMcp:
     server, so every listing fails, and nothing is offered or called. The server
     hands its sessions a `StreamableHttpMcp` (server/app.py)."""
 
+    policy = OFF
+
     async def list_tools(self, server: McpServer) -> list[McpTool] | McpError:
         return McpError("http_error", f"{server.label}: this session has no MCP client")
 
@@ -58,19 +80,37 @@ class NoMcp:
 class StreamableHttpMcp:
     """`McpClient` over the `mcp` package (imported when first used)."""
 
-    def __init__(self, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        policy: McpPolicy = OFF,
+        timeout_s: float = TIMEOUT_S,
+        resolver: Resolver = resolve,
+    ) -> None:
+        self.policy = policy
         self.timeout_s = timeout_s
+        self._resolver = resolver
+        # Connections open at once in the process; one more waits (within its deadline).
+        self._connections = asyncio.Semaphore(policy.max_connections)
 
     async def list_tools(self, server: McpServer) -> list[McpTool] | McpError:
+        policy = self.policy
+
         async def listing(client: Any) -> list[McpTool]:
             tools: list[McpTool] = []
             cursor = None
-            while True:
+            for _ in range(policy.max_pages):
                 page = await client.list_tools(cursor=cursor)
-                tools += [_tool_of(t) for t in page.tools]
+                tools += [t for x in page.tools if (t := _tool_of(x, policy, server))]
                 cursor = page.next_cursor
-                if cursor is None:
-                    return tools
+                if cursor is None or len(tools) > policy.max_tools:
+                    break
+            else:
+                log.info(
+                    "MCP server %s: listing stopped at %d pages", server.label, policy.max_pages
+                )
+            if len(tools) > policy.max_tools:
+                log.info("MCP server %s: kept the first %d tools", server.label, policy.max_tools)
+            return tools[: policy.max_tools]
 
         result = await self._session(server, listing)
         return result if isinstance(result, McpError) else list(result)
@@ -82,7 +122,7 @@ class StreamableHttpMcp:
             if result.is_error:
                 return McpResult(error=McpError("tool_execution_error", text or "tool failed"))
             if not text and result.structured_content is not None:
-                text = json.dumps(result.structured_content)
+                text = json.dumps(result.structured_content)[:MAX_OUTPUT_CHARS]
             return McpResult(output=text)
 
         outcome = await self._session(server, call)
@@ -94,23 +134,41 @@ class StreamableHttpMcp:
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared.exceptions import MCPError
 
+        target = target_of(server.url, self.policy)
+        if isinstance(target, str):  # the session checked it: the policy changed since
+            return McpError("http_error", f"{server.label}: {target}")
+        headers = {**server.request_headers(), "Accept-Encoding": "identity"}
         try:
-            async with asyncio.timeout(self.timeout_s):
-                async with httpx2.AsyncClient(headers=server.request_headers()) as http:
+            async with asyncio.timeout(self.timeout_s), self._connections:
+                address = await pin(target, self._resolver)
+                http = httpx2.AsyncClient(
+                    headers=headers,
+                    transport=PinnedTransport(target, address, self.policy.max_answer_bytes),
+                    trust_env=False,
+                    max_redirects=0,  # the mcp client follows same-origin ones: none
+                )
+                async with http:
                     transport = streamable_http_client(server.url, http_client=http)
                     async with Client(transport, raise_exceptions=True) as client:
                         return await work(client)
+        except EgressRefused as exc:
+            log.info("MCP server %s refused: %s", server.label, exc)
+            return McpError("http_error", f"{server.label} refused: {exc}")
         except TimeoutError:
             return McpError("http_error", f"no answer from {server.label} in {self.timeout_s} s")
         except Exception as exc:  # whatever failed becomes the listing's or call's error
             cause = _leaf(exc)  # the client's task groups wrap what failed
+            if isinstance(cause, AnswerTooLarge):
+                return McpError("http_error", f"{server.label}: {cause}")
             if isinstance(cause, MCPError):
-                return McpError("protocol_error", f"{server.label}: {cause.message}", cause.code)
+                message = cause.message[:MAX_ERROR_CHARS]
+                return McpError("protocol_error", f"{server.label}: {message}", cause.code)
             status = getattr(getattr(cause, "response", None), "status_code", None)
             if isinstance(status, int):
                 return McpError("http_error", f"{server.label} answered HTTP {status}", status)
-            log.info("MCP server %s failed: %r", server.label, cause)
-            return McpError("http_error", f"{server.label} could not be reached: {cause}")
+            reason = str(cause)[:MAX_ERROR_CHARS]
+            log.info("MCP server %s failed: %s: %s", server.label, type(cause).__name__, reason)
+            return McpError("http_error", f"{server.label} could not be reached: {reason}")
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -120,13 +178,33 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _tool_of(tool: Any) -> McpTool:
+def _depth(value: Any, limit: int) -> int:
+    """How deeply `value` (JSON data) nests, counted up to `limit` + 1 (no recursion)."""
+    deepest, level = 0, [value]
+    while level and deepest <= limit:
+        deepest += 1
+        level = [
+            child
+            for v in level
+            for child in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+            if isinstance(child, dict | list)
+        ]
+    return deepest
+
+
+def _tool_of(tool: Any, policy: McpPolicy, server: McpServer) -> McpTool | None:
+    """A listed tool, or None (logged) when its schema is too deep or too large."""
+    schema = tool.input_schema or {}
+    text = (
+        json.dumps(schema)
+        if _depth(schema, policy.max_schema_depth) <= policy.max_schema_depth
+        else ""
+    )
+    if not text or len(text) > policy.max_schema_bytes:
+        log.info(
+            "MCP server %s: tool %.100s dropped: its schema is too large", server.label, tool.name
+        )
+        return None
     annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
     read_only = bool(tool.annotations and tool.annotations.read_only_hint)
-    return McpTool(
-        tool.name,
-        tool.description or "",
-        json.dumps(tool.input_schema or {}),
-        read_only,
-        annotations,
-    )
+    return McpTool(tool.name, tool.description or "", text, read_only, annotations)

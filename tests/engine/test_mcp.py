@@ -24,7 +24,7 @@ from engine.mcp.rules import (
     server_of,
 )
 from engine.protocol import ProtocolError, SessionUpdate, parse_client_event
-from tests.support.mcp_server import local_mcp
+from tests.support.mcp_server import allowing, local_mcp
 from tests.support.servers import free_port
 
 LOOKUP = McpTool("lookup_order", read_only=True)
@@ -103,7 +103,7 @@ def test_errors_have_openais_shape() -> None:
 async def test_a_local_server_lists_its_tools_and_runs_a_call() -> None:
     async with local_mcp() as mcp:
         s = McpServer("orders", mcp.url, headers=(("X-Team", "blue"),), authorization="tok")
-        client = StreamableHttpMcp()
+        client = StreamableHttpMcp(mcp.policy)
         tools = await client.list_tools(s)
         assert not isinstance(tools, McpError)
         by_name = {t.name: t for t in tools}
@@ -127,7 +127,7 @@ async def test_a_local_server_lists_its_tools_and_runs_a_call() -> None:
 
 async def test_a_failing_tool_is_a_tool_execution_error() -> None:
     async with local_mcp() as mcp:
-        result = await StreamableHttpMcp().call_tool(
+        result = await StreamableHttpMcp(mcp.policy).call_tool(
             McpServer("orders", mcp.url), "broken_order", {"order_id": "A-17"}
         )
         assert result.output is None and result.error is not None
@@ -136,7 +136,7 @@ async def test_a_failing_tool_is_a_tool_execution_error() -> None:
 
 async def test_an_unknown_tool_is_an_error_and_the_server_lives() -> None:
     async with local_mcp() as mcp:
-        client, s = StreamableHttpMcp(), McpServer("orders", mcp.url)
+        client, s = StreamableHttpMcp(mcp.policy), McpServer("orders", mcp.url)
         result = await client.call_tool(s, "no_such_tool", {})
         assert result.error is not None, result
         again = await client.call_tool(s, "lookup_order", {"order_id": "B-2"})
@@ -145,7 +145,7 @@ async def test_an_unknown_tool_is_an_error_and_the_server_lives() -> None:
 
 async def test_a_server_that_cannot_be_reached_is_an_http_error() -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
-    listed = await StreamableHttpMcp().list_tools(McpServer("orders", url))
+    listed = await StreamableHttpMcp(allowing(url)).list_tools(McpServer("orders", url))
     assert isinstance(listed, McpError) and listed.kind == "http_error", listed
     assert "could not be reached" in listed.message
 
@@ -153,7 +153,7 @@ async def test_a_server_that_cannot_be_reached_is_an_http_error() -> None:
 async def test_a_wrong_path_is_a_protocol_error_with_its_code() -> None:
     """The `mcp` client reports a 404 as JSON-RPC's "Not Found" (-32601)."""
     async with local_mcp() as mcp:
-        listed = await StreamableHttpMcp().list_tools(McpServer("orders", mcp.url + "x"))
+        listed = await StreamableHttpMcp(mcp.policy).list_tools(McpServer("orders", mcp.url + "x"))
         assert isinstance(listed, McpError), listed
         assert (listed.kind, listed.code) == ("protocol_error", -32601)
         assert listed.message == "orders: Not Found"
@@ -161,7 +161,7 @@ async def test_a_wrong_path_is_a_protocol_error_with_its_code() -> None:
 
 async def test_a_call_that_takes_too_long_fails_and_is_not_waited_for() -> None:
     async with local_mcp() as mcp:
-        client = StreamableHttpMcp(timeout_s=0.5)
+        client = StreamableHttpMcp(mcp.policy, timeout_s=0.5)
         result = await client.call_tool(
             McpServer("orders", mcp.url), "slow_order", {"order_id": "C"}
         )

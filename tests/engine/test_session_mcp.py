@@ -69,14 +69,18 @@ async def test_an_mcp_server_is_listed_when_the_session_names_it() -> None:
         assert not h.errors()
 
 
-async def test_a_session_given_no_client_lists_nothing() -> None:
-    """Sessions built without an MCP client (tests, benchmarks) reach no server: the
-    listing fails at once; the server hands its sessions a real client."""
+async def test_a_session_given_no_client_refuses_mcp_servers() -> None:
+    """Sessions built without an MCP client (tests, benchmarks) have MCP off: the
+    server is refused at session.update, the session lives on unchanged."""
     async with Harness() as h:
         await h.send(mcp_update(require_approval="never"))
+        await h.send({"type": "session.update", "session": {"instructions": "Still here."}})
         await h.settle()
-        assert len(h.of("mcp_list_tools.failed")) == 1
-        assert not h.of("mcp_list_tools.completed") and not h.errors()
+        (error,) = h.errors()
+        assert (error["code"], error["param"]) == ("mcp_disabled", "session.tools[0].server_url")
+        (updated,) = h.of("session.updated")
+        assert updated["session"]["tools"] == []
+        assert not h.of("conversation.item.added") and not h.of("mcp_list_tools.in_progress")
 
 
 def test_the_server_hands_every_session_its_one_client() -> None:
@@ -219,7 +223,7 @@ async def test_a_cancel_cuts_a_running_call() -> None:
 
 async def test_an_mcp_tool_call_on_a_local_mcp_server() -> None:
     """The `mcp` package's own server, over Streamable HTTP: listed, called, answered."""
-    async with local_mcp() as server, Harness(mcp_client=StreamableHttpMcp()) as h:
+    async with local_mcp() as server, Harness(mcp_client=StreamableHttpMcp(server.policy)) as h:
         tool = {
             "type": "mcp",
             "server_label": "orders",

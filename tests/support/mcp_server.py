@@ -20,6 +20,7 @@ from typing import Any
 
 import uvicorn
 
+from engine.mcp.egress import McpPolicy, policy_of
 from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
 from tests.support.servers import bound_socket, serving
 
@@ -32,6 +33,18 @@ class LocalMcp:
     headers: list[dict[str, str]] = field(default_factory=list)  # of each request
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     slow: asyncio.Event = field(default_factory=asyncio.Event)  # set: the slow tool ends
+
+    @property
+    def policy(self) -> McpPolicy:
+        """An MCP policy allowing this server (its origin, on loopback), as an
+        operator's PARLEY_MCP_ALLOWED_ORIGINS would."""
+        return allowing(self.url)
+
+
+def allowing(url: str) -> McpPolicy:
+    """The policy of a server whose allowlist holds `url`'s origin (any path)."""
+    scheme, _, rest = url.partition("://")
+    return policy_of([f"{scheme}://{rest.split('/')[0]}"], public=False)
 
 
 def _server(state: LocalMcp) -> Any:
@@ -94,7 +107,8 @@ async def local_mcp() -> AsyncIterator[LocalMcp]:
 
 @dataclass
 class FakeMcp:
-    """An MCP client whose server lists `tools` and answers calls with `results`."""
+    """An MCP client whose server lists `tools` and answers calls with `results`;
+    its policy allows any public https server (it reaches none)."""
 
     tools: list[McpTool] = field(
         default_factory=lambda: [
@@ -107,6 +121,7 @@ class FakeMcp:
     hold_calls: asyncio.Event | None = None  # calls wait for it when given
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    policy: McpPolicy = McpPolicy(public=True)
 
     async def list_tools(self, server: McpServer) -> list[McpTool] | McpError:
         return self.listing or list(self.tools)
