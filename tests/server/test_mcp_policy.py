@@ -14,13 +14,27 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
 from engine.mcp.client import StreamableHttpMcp
 from engine.protocol import ProtocolError, SessionIn
 from server.app import create_app
 from server.config import Settings
-from tests.server.test_server_errors import session
+from tests.support.events import Events
 from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory
+
+
+@contextlib.asynccontextmanager
+async def session(server: RunningServer) -> AsyncIterator[tuple[Events, Any]]:
+    """A realtime session: its events, and a send of one."""
+    async with connect(server.ws_url) as ws:
+        events = Events(ws.recv)
+
+        async def send(event: dict[str, Any]) -> None:
+            await ws.send(json.dumps(event))
+
+        await events.until("session.created")
+        yield events, send
 
 
 @contextlib.asynccontextmanager
@@ -50,19 +64,18 @@ def tools_update(event_id: str, *tools: dict[str, Any]) -> dict[str, Any]:
 async def refusals(server: RunningServer, cases: list[tuple[dict[str, Any], str, str]]) -> None:
     """Each tool refused with its code and param; then the session works, with the
     configuration it had before."""
-    async with session(server) as client:
-        await client.send(
-            {"type": "session.update", "session": {"type": "realtime", "instructions": "Kept."}}
-        )
-        await client.until("session.updated")
+    async with session(server) as (events, send):
+        await send({"type": "session.update", "session": {"instructions": "Kept."}})
+        await events.until("session.updated")
         for n, (tool, code, param) in enumerate(cases):
-            error = await client.refusal(tools_update(f"evt_{n}", tool))
-            assert (error["code"], error["param"]) == (code, param), error
-        await client.alive()
-        updated = client.of("session.updated")[-1]
-        assert updated["session"]["instructions"] == "Kept."
+            await send(tools_update(f"evt_{n}", tool))
+            error = (await events.until("error"))["error"]
+            assert (error["code"], error["param"], error["event_id"]) == (code, param, f"evt_{n}")
+        await send({"type": "session.update", "session": {"voice": "echo"}})  # it lives
+        updated = await events.until("session.updated")
+        assert updated["session"]["instructions"] == "Kept."  # not "Changed."
         assert updated["session"]["tools"] == []
-        assert not [t for t in client.types() if t.startswith("mcp_list_tools")]
+        assert not [t for t in events.types() if t.startswith("mcp_list_tools")]
 
 
 URL = "session.tools[0].server_url"
@@ -125,8 +138,9 @@ async def test_public_mode_refuses_local_addresses(serve: ServerFactory) -> None
 async def test_too_many_servers_are_refused(serve: ServerFactory) -> None:
     server = await serve(mcp_public=True)
     many = [mcp_tool("https://mcp.example.com/", server_label=f"s{n}") for n in range(9)]
-    async with session(server) as client:
-        error = await client.refusal(tools_update("evt_1", *many))
+    async with session(server) as (events, send):
+        await send(tools_update("evt_1", *many))
+        error = (await events.until("error"))["error"]
         assert (error["code"], error["param"]) == ("too_many_mcp_servers", "session.tools")
 
 

@@ -24,6 +24,7 @@ from engine.mcp.egress import McpPolicy, policy_of
 from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
 from tests.support.servers import bound_socket, serving
 
+ANY_PUBLIC = McpPolicy(public=True)
 SCHEMA = json.dumps({"type": "object", "properties": {"samples": {"type": "integer"}}})
 
 
@@ -121,7 +122,7 @@ class FakeMcp:
     hold_calls: asyncio.Event | None = None  # calls wait for it when given
     calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
-    policy: McpPolicy = McpPolicy(public=True)
+    policy: McpPolicy = ANY_PUBLIC
 
     async def list_tools(self, server: McpServer) -> list[McpTool] | McpError:
         return self.listing or list(self.tools)
