@@ -25,6 +25,7 @@ import logging
 from typing import Any, Protocol
 
 from engine.mcp.egress import OFF, McpPolicy, target_of
+from engine.mcp.listing import Listing
 from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
 from engine.mcp.transport import (
     AnswerTooLarge,
@@ -96,21 +97,17 @@ class StreamableHttpMcp:
         policy = self.policy
 
         async def listing(client: Any) -> list[McpTool]:
-            tools: list[McpTool] = []
+            kept = Listing(policy, server.label)
             cursor = None
             for _ in range(policy.max_pages):
                 page = await client.list_tools(cursor=cursor)
-                tools += [t for x in page.tools if (t := _tool_of(x, policy, server))]
+                for tool in page.tools:
+                    kept.add(tool)
                 cursor = page.next_cursor
-                if cursor is None or len(tools) > policy.max_tools:
+                if cursor is None or kept.full:
                     break
-            else:
-                log.info(
-                    "MCP server %s: listing stopped at %d pages", server.label, policy.max_pages
-                )
-            if len(tools) > policy.max_tools:
-                log.info("MCP server %s: kept the first %d tools", server.label, policy.max_tools)
-            return tools[: policy.max_tools]
+            kept.report(pages_left=cursor is not None and not kept.full)
+            return kept.tools
 
         result = await self._session(server, listing)
         return result if isinstance(result, McpError) else list(result)
@@ -176,35 +173,3 @@ def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
-
-
-def _depth(value: Any, limit: int) -> int:
-    """How deeply `value` (JSON data) nests, counted up to `limit` + 1 (no recursion)."""
-    deepest, level = 0, [value]
-    while level and deepest <= limit:
-        deepest += 1
-        level = [
-            child
-            for v in level
-            for child in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
-            if isinstance(child, dict | list)
-        ]
-    return deepest
-
-
-def _tool_of(tool: Any, policy: McpPolicy, server: McpServer) -> McpTool | None:
-    """A listed tool, or None (logged) when its schema is too deep or too large."""
-    schema = tool.input_schema or {}
-    text = (
-        json.dumps(schema)
-        if _depth(schema, policy.max_schema_depth) <= policy.max_schema_depth
-        else ""
-    )
-    if not text or len(text) > policy.max_schema_bytes:
-        log.info(
-            "MCP server %s: tool %.100s dropped: its schema is too large", server.label, tool.name
-        )
-        return None
-    annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
-    read_only = bool(tool.annotations and tool.annotations.read_only_hint)
-    return McpTool(tool.name, tool.description or "", text, read_only, annotations)

@@ -16,6 +16,7 @@ import pytest
 
 from engine.mcp.client import MAX_OUTPUT_CHARS, StreamableHttpMcp
 from engine.mcp.egress import MAX_TOOLS, McpPolicy, Target, policy_of
+from engine.mcp.listing import MAX_DESCRIPTION_CHARS, Listing, tool_of
 from engine.mcp.rules import McpError, McpServer
 from engine.mcp.transport import AnswerTooLarge, CappedStream, EgressRefused, PinnedTransport, pin
 from tests.support.hostile_mcp import HostileMcp, hostile_mcp, tools
@@ -209,3 +210,28 @@ async def test_structured_content_is_cut_like_text() -> None:
         result = await client.call_tool(McpServer("hostile", server.url), "t0", {})
         assert result.error is None and result.output is not None, result
         assert len(result.output) == MAX_OUTPUT_CHARS
+
+
+# --- what a listing keeps (pure) -------------------------------------------------------
+
+
+def raw_tool(name: str, description: str = "", schema: dict[str, Any] | None = None) -> Any:
+    from mcp_types import Tool
+
+    return Tool(name=name, description=description, input_schema=schema or {"type": "object"})
+
+
+def test_a_tool_a_model_cannot_call_is_dropped_and_descriptions_are_cut() -> None:
+    policy = McpPolicy()
+    assert isinstance(tool_of(raw_tool("x" * 65), policy), str)
+    assert isinstance(tool_of(raw_tool("rm -rf"), policy), str)
+    kept = tool_of(raw_tool("ok.tool_1", "d" * 10_000), policy)
+    assert not isinstance(kept, str) and len(kept.description) == MAX_DESCRIPTION_CHARS
+
+
+def test_a_listing_keeps_a_bounded_number_of_bytes() -> None:
+    kept = Listing(McpPolicy(max_answer_bytes=10_000), "s")
+    for n in range(100):
+        kept.add(raw_tool(f"t{n}", "d" * 4000))
+    assert [t.name for t in kept.tools] == ["t0", "t1", "t2"] and kept.full
+    assert kept.dropped == {"past the caps on tools per server": 97}
