@@ -10,7 +10,8 @@ as `multipart/form-data` with `sdp` and a `session` JSON part (openai-node), or 
 JSON `{"sdp": ..., "session": {...}}` (openai-python). `session` is the object
 `/v1/realtime/client_secrets` takes, applied over the ephemeral key's own. Every
 refusal (key, body, capacity, drain) is an HTTP error before any media flows; the
-body's size is bounded (server/offer_body.py) whatever its shape.
+body's size is bounded (server/offer_body.py) and its media checked
+(server/sdp_policy.py) whatever its shape.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from server.auth import (
 )
 from server.logs import session_var
 from server.offer_body import offer_parts
+from server.sdp_policy import layout_problem
 from server.sessions import SHUTDOWN_REASON, Seat, SessionHub
 from server.webrtc import Call, CallError
 
@@ -85,6 +87,8 @@ def offer_of(content_type: str, body: bytes, form: dict[str, str] | None = None)
         )
     if not isinstance(sdp, str) or not sdp.lstrip().startswith("v=0"):
         raise ApiError(400, "invalid_sdp", "The request holds no SDP offer.", "sdp")
+    if (problem := layout_problem(sdp)) is not None:
+        raise ApiError(400, "invalid_sdp", problem, "sdp")
     return Offer(sdp, session)
 
 

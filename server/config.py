@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
@@ -119,6 +119,15 @@ class Settings(BaseSettings):
     ice_servers: Annotated[list[str], NoDecode] = []
     ice_username: str | None = None
     ice_credential: SecretStr | None = None
+    # WebRTC offers (docs/deploy.md, "WebRTC offers"). Parley sends ICE checks (STUN)
+    # to every remote candidate an offer lists: it keeps at most this many distinct
+    # addresses, and none that is loopback, link-local, unspecified, multicast or
+    # reserved unless one of these networks holds it (e.g.
+    # PARLEY_RTC_CANDIDATE_NETWORKS=127.0.0.0/8,::1/128 for callers on this host;
+    # default none), so that a browser cannot aim Parley's packets at this host's
+    # own services or at many ports.
+    rtc_max_candidates: int = Field(default=16, ge=1)
+    rtc_candidate_networks: Annotated[list[IPvAnyNetwork], NoDecode] = []
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -145,3 +154,10 @@ class Settings(BaseSettings):
         if any(key.startswith("ek_") for key in keys):
             raise ValueError("API keys must not start with 'ek_', the ephemeral key prefix")
         return keys
+
+    @field_validator("rtc_candidate_networks", mode="before")
+    @classmethod
+    def _split_networks(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [network.strip() for network in value.split(",") if network.strip()]
+        return value

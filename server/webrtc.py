@@ -12,6 +12,8 @@ sideband:  server-side WebSockets (`/v1/realtime?call_id=`) attached to the call
 
 The call ends on hang-up (DELETE, `/hangup`), when the peer connection fails or
 closes, when the session ends (drain), or when the peer never connects.
+Before aiortc reads the offer its remote candidates are screened
+(server/sdp_policy.py): Parley checks only the addresses it may reach.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from engine.session import Session
 from server.config import Settings
 from server.playout import PlayoutQueue, PlayoutTrack
 from server.rtc_audio import track_pcm
+from server.sdp_policy import CandidateRules, screen_candidates
 from server.sessions import SessionHub, Sideband, submit_text
 
 log = logging.getLogger(__name__)
@@ -106,8 +109,14 @@ class Call:
 
     async def answer(self, offer_sdp: str) -> str:
         """The SDP answer to the client's offer (ICE candidates gathered in it)."""
+        rules = CandidateRules(
+            self.settings.rtc_max_candidates, tuple(self.settings.rtc_candidate_networks)
+        )
+        screened = screen_candidates(offer_sdp, rules)
+        if screened.dropped:
+            log.info("call %s: remote candidates dropped: %s", self.call_id, screened.dropped)
         try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
+            await self.pc.setRemoteDescription(RTCSessionDescription(screened.sdp, "offer"))
         except Exception as exc:  # aiortc raises ValueError and friends for bad SDP
             raise CallError(f"The SDP offer cannot be used: {exc}") from None
         kinds = [t.kind for t in self.pc.getTransceivers()]

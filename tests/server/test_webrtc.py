@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -18,9 +19,11 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from bench.rtc_client import offer_sdp
 from bench.speech import FIXTURES, load_wav
 from bench.turns.scenarios import write_wav
+from server.config import Settings
+from server.webrtc import Call
 from tests.support.audio import utterance
 from tests.support.events import TIMEOUT_S, Events
-from tests.support.servers import RunningServer, ServerFactory
+from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory
 from tests.support.webrtc_client import rtc_call
 
 
@@ -198,3 +201,78 @@ async def test_refusals_come_before_any_media(
     assert refused.status_code == status, refused.text
     assert refused.json()["error"]["code"] == code
     assert health["sessions"] == 0  # nothing was opened
+
+
+async def offer_with(*kinds: str) -> str:
+    """An aiortc offer with a transceiver of each kind and the events channel."""
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    for kind in kinds:
+        pc.addTransceiver(kind)
+    pc.createDataChannel("oai-events")
+    try:
+        return await offer_sdp(pc)
+    finally:
+        await pc.close()
+
+
+@pytest.mark.parametrize("shape", ["application/sdp", "json", "multipart"])
+async def test_an_offer_with_video_is_refused_before_any_media(
+    serve: ServerFactory, shape: str
+) -> None:
+    server = await serve(api_keys=[KEY])
+    sdp = await offer_with("audio", "video")
+    session = {"type": "realtime", "instructions": "Be brief."}  # as the SDKs send one
+    auth = {"Authorization": f"Bearer {KEY}"}
+    post: dict[str, Any] = {
+        "application/sdp": {"content": sdp, "headers": auth | {"Content-Type": shape}},
+        "json": {"json": {"sdp": sdp, "session": session}, "headers": auth},
+        "multipart": {
+            "files": {"sdp": (None, sdp), "session": (None, json.dumps(session))},
+            "headers": auth,
+        },
+    }[shape]
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        refused = await http.post("/v1/realtime/calls", **post)
+        health = (await http.get("/healthz")).json()
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_sdp", "sdp")
+    assert error["message"].endswith("media sections: 1 audio, 1 video, 1 data.")
+    assert health["sessions"] == 0
+
+
+class NoSession:
+    """All a call needs of its session to answer an offer."""
+
+    def report_playback(self, played: object) -> None:
+        pass
+
+
+async def remote_addresses(sdp: str, **settings: Any) -> set[tuple[str, int]]:
+    """The addresses a call answering `sdp` sends ICE checks to (closed at once)."""
+    call = Call("rtc_test", NoSession(), Settings(**TEST_SETTINGS, **settings))  # type: ignore[arg-type]
+    try:
+        await call.answer(sdp)
+        transport = call.pc.getTransceivers()[0].receiver.transport.transport
+        return {(c.ip, c.port) for c in transport.getRemoteCandidates()}
+    finally:
+        await call.pc.close()
+
+
+async def test_an_offer_names_few_addresses_to_check_and_none_on_this_host(
+    serve: ServerFactory,
+) -> None:
+    sdp = await offer_with("audio")
+    own = next(line for line in sdp.splitlines() if line.startswith("a=candidate:"))
+    address = own.split()[4]  # the caller's own host candidate: checks stay on this host
+    listed = ["a=candidate:8 1 udp 200 127.0.0.1 6379 typ host"]
+    listed += ["a=candidate:7 1 udp 200 169.254.169.254 80 typ host"]
+    listed += [f"a=candidate:9 1 udp 100 {address} {40000 + i} typ host" for i in range(40)]
+    crafted = sdp.replace(own + "\r\n", own + "\r\n" + "\r\n".join(listed) + "\r\n")
+    checked = await remote_addresses(crafted)
+    assert len(checked) == 16
+    assert {ip for ip, _ in checked} == {address}
+    # Only the operator opens a refused range (a caller on this host).
+    opened = await remote_addresses(crafted, rtc_candidate_networks=["127.0.0.0/8"])
+    assert ("127.0.0.1", 6379) in opened
+    assert not any(ip == "169.254.169.254" for ip, _ in opened)
