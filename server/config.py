@@ -128,6 +128,10 @@ class Settings(BaseSettings):
     # own services or at many ports.
     rtc_max_candidates: int = Field(default=16, ge=1)
     rtc_candidate_networks: Annotated[list[IPvAnyNetwork], NoDecode] = []
+    # A call is hung up this long after it was answered, with OpenAI's
+    # `session_expired` error on its data channel (OpenAI's sessions last at most
+    # 60 minutes); 0: no limit.
+    max_call_s: float = Field(default=3600.0, ge=0)
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -157,13 +157,7 @@ async def test_a_sideband_sees_the_call_and_answers_its_tool_call_unseen_by_the_
                 while True:
                     await asyncio.wait_for(ws.recv(), TIMEOUT_S)
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
-        if call.pc.connectionState != "closed":
-            ended = asyncio.Event()
-            call.pc.on("connectionstatechange", lambda: ended.set())
-            async with asyncio.timeout(TIMEOUT_S):
-                while call.pc.connectionState != "closed":
-                    ended.clear()
-                    await ended.wait()
+        await call.until_closed(TIMEOUT_S)
     async with httpx.AsyncClient(base_url=server.http_url) as http:
         gone = await http.post(
             f"/v1/realtime/calls/{call.call_id}/hangup",
@@ -276,3 +270,20 @@ async def test_an_offer_names_few_addresses_to_check_and_none_on_this_host(
     opened = await remote_addresses(crafted, rtc_candidate_networks=["127.0.0.0/8"])
     assert ("127.0.0.1", 6379) in opened
     assert not any(ip == "169.254.169.254" for ip, _ in opened)
+
+
+async def test_a_call_is_hung_up_at_its_maximum_length_telling_the_client(
+    serve: ServerFactory,
+) -> None:
+    server = await serve(max_call_s=0.5)
+    async with rtc_call(server) as call:
+        await call.events.until("session.created")
+        error = await call.events.until("error")
+        await call.until_closed(TIMEOUT_S)
+    assert error["error"] == {
+        "type": "invalid_request_error",
+        "code": "session_expired",
+        "message": "Your session hit the maximum duration of 0.5 seconds.",
+        "param": None,
+        "event_id": None,
+    }
