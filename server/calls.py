@@ -9,7 +9,9 @@ The offer comes as `application/sdp` (the browser guide, `@openai/agents-realtim
 as `multipart/form-data` with `sdp` and a `session` JSON part (openai-node), or as
 JSON `{"sdp": ..., "session": {...}}` (openai-python). `session` is the object
 `/v1/realtime/client_secrets` takes, applied over the ephemeral key's own. Every
-refusal (key, body, capacity, drain) is an HTTP error before any media flows.
+refusal (key, body, capacity, drain) is an HTTP error before any media flows; the
+body's size is bounded (server/offer_body.py) and its media checked
+(server/sdp_policy.py) whatever its shape.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from dataclasses import dataclass
 
 from fastapi import Request
 from fastapi.responses import Response
-from starlette.datastructures import UploadFile
 
 from engine.protocol import ProtocolError, SessionIn, loads_json
 from server.auth import (
@@ -34,6 +35,8 @@ from server.auth import (
     presented_key,
 )
 from server.logs import session_var
+from server.offer_body import offer_parts
+from server.sdp_policy import layout_problem
 from server.sessions import SHUTDOWN_REASON, Seat, SessionHub
 from server.webrtc import Call, CallError
 
@@ -84,34 +87,13 @@ def offer_of(content_type: str, body: bytes, form: dict[str, str] | None = None)
         )
     if not isinstance(sdp, str) or not sdp.lstrip().startswith("v=0"):
         raise ApiError(400, "invalid_sdp", "The request holds no SDP offer.", "sdp")
+    if (problem := layout_problem(sdp)) is not None:
+        raise ApiError(400, "invalid_sdp", problem, "sdp")
     return Offer(sdp, session)
 
 
 async def _read_offer(request: Request) -> Offer:
-    content_type = request.headers.get("content-type", "")
-    if content_type.split(";")[0].strip().lower() == "multipart/form-data":
-        try:
-            async with request.form(max_files=2, max_fields=4, max_part_size=MAX_BODY_BYTES) as f:
-                fields = {}
-                for name in ("sdp", "session"):
-                    value = f.get(name)
-                    if isinstance(value, UploadFile):
-                        value = (await value.read(MAX_BODY_BYTES)).decode(errors="replace")
-                    if value is not None:
-                        fields[name] = value
-        except ApiError:
-            raise
-        except Exception as exc:  # a malformed or oversize multipart body
-            raise ApiError(
-                400, "invalid_request_error", f"The form cannot be read: {exc}"
-            ) from None
-        return offer_of(content_type, b"", fields)
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise ApiError(413, "request_too_large", "The request body is too large.")
-    return offer_of(content_type, body)
+    return offer_of(*await offer_parts(request, MAX_BODY_BYTES))
 
 
 class CallsEndpoint:

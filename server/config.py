@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.mcp.egress import parse_origin
@@ -140,6 +140,20 @@ class Settings(BaseSettings):
                 parse_origin(str(origin))  # a bad entry stops the server at start
         return value
 
+    # WebRTC offers (docs/deploy.md, "WebRTC offers"). Parley sends ICE checks (STUN)
+    # to every remote candidate an offer lists: it keeps at most this many distinct
+    # addresses, and none that is loopback, link-local, unspecified, multicast or
+    # reserved unless one of these networks holds it (e.g.
+    # PARLEY_RTC_CANDIDATE_NETWORKS=127.0.0.0/8,::1/128 for callers on this host;
+    # default none), so that a browser cannot aim Parley's packets at this host's
+    # own services or at many ports.
+    rtc_max_candidates: int = Field(default=16, ge=1)
+    rtc_candidate_networks: Annotated[list[IPvAnyNetwork], NoDecode] = []
+    # A call is hung up this long after it was answered, with OpenAI's
+    # `session_expired` error on its data channel (OpenAI's sessions last at most
+    # 60 minutes); 0: no limit.
+    max_call_s: float = Field(default=3600.0, ge=0)
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
@@ -165,3 +179,10 @@ class Settings(BaseSettings):
         if any(key.startswith("ek_") for key in keys):
             raise ValueError("API keys must not start with 'ek_', the ephemeral key prefix")
         return keys
+
+    @field_validator("rtc_candidate_networks", mode="before")
+    @classmethod
+    def _split_networks(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [network.strip() for network in value.split(",") if network.strip()]
+        return value

@@ -11,7 +11,10 @@ sideband:  server-side WebSockets (`/v1/realtime?call_id=`) attached to the call
            the call through the hub, server/sessions.py)
 
 The call ends on hang-up (DELETE, `/hangup`), when the peer connection fails or
-closes, when the session ends (drain), or when the peer never connects.
+closes, when the session ends (drain), when the peer never connects, or at its
+maximum length (`max_call_s`: the client gets OpenAI's `session_expired` error).
+Before aiortc reads the offer its remote candidates are screened
+(server/sdp_policy.py): Parley checks only the addresses it may reach.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from aiortc.rtcrtpreceiver import RTCRtpReceiver
 from openai.types.realtime import RealtimeErrorEvent
 
 from engine.emitter import Flush, OutEvent, build
+from engine.protocol import ProtocolError
 from engine.session import Session
 from server.config import Settings
 from server.playout import PlayoutQueue, PlayoutTrack
 from server.rtc_audio import track_pcm
-from server.sessions import SessionHub, Sideband, submit_text
+from server.sdp_policy import CandidateRules, screen_candidates
+from server.sessions import END_GRACE_S, SessionHub, Sideband, submit_text
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +111,14 @@ class Call:
 
     async def answer(self, offer_sdp: str) -> str:
         """The SDP answer to the client's offer (ICE candidates gathered in it)."""
+        rules = CandidateRules(
+            self.settings.rtc_max_candidates, tuple(self.settings.rtc_candidate_networks)
+        )
+        screened = screen_candidates(offer_sdp, rules)
+        if screened.dropped:
+            log.info("call %s: remote candidates dropped: %s", self.call_id, screened.dropped)
         try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(offer_sdp, "offer"))
+            await self.pc.setRemoteDescription(RTCSessionDescription(screened.sdp, "offer"))
         except Exception as exc:  # aiortc raises ValueError and friends for bad SDP
             raise CallError(f"The SDP offer cannot be used: {exc}") from None
         kinds = [t.kind for t in self.pc.getTransceivers()]
@@ -260,7 +271,7 @@ class Call:
 
     async def run(self, hub: SessionHub) -> str:
         """Serve the call until it ends; why it ended."""
-        watch = (self.ended.wait(), self._connected_in_time())
+        watch = (self.ended.wait(), self._connected_in_time(), self._expire())
         write, read = self._write(), self._read_events()
         try:
             async with hub.serving(
@@ -291,6 +302,33 @@ class Call:
         if self.pc.connectionState != "connected":
             raise CallEnded(f"the peer did not connect within {CONNECT_TIMEOUT_S:g} s")
         await asyncio.Event().wait()  # connected: this task has nothing more to do
+
+    async def _expire(self) -> None:
+        """At the call's maximum length the client is told, as OpenAI tells it, and
+        the session ends (its responses cancelled, their last events sent); a
+        session that does not end within END_GRACE_S is cut off."""
+        limit = self.settings.max_call_s
+        if not limit:
+            await asyncio.Event().wait()  # no limit
+        await asyncio.sleep(limit)
+        error = session_expired(limit)
+        log.info("call %s: %s", self.call_id, error.message)
+        self.end_reason = f"maximum length of {limit:g} s"
+        with contextlib.suppress(TimeoutError):  # a mailbox kept full must not hold the call
+            async with asyncio.timeout(END_GRACE_S):
+                await self.session.submit(error)
+        self.session.end()
+        await asyncio.sleep(END_GRACE_S)
+        raise CallEnded(self.end_reason)
+
+
+def session_expired(limit_s: float) -> ProtocolError:
+    """OpenAI's error for a session past its maximum duration."""
+    minutes = limit_s / 60
+    span = (
+        f"{minutes:g} minutes" if minutes.is_integer() and minutes > 1 else f"{limit_s:g} seconds"
+    )
+    return ProtocolError("session_expired", f"Your session hit the maximum duration of {span}.")
 
 
 def shorten_jitter_buffer(receiver: RTCRtpReceiver) -> bool:

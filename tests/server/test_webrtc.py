@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -18,9 +19,11 @@ from aiortc import RTCConfiguration, RTCPeerConnection
 from bench.rtc_client import offer_sdp
 from bench.speech import FIXTURES, load_wav
 from bench.turns.scenarios import write_wav
+from server.config import Settings
+from server.webrtc import Call
 from tests.support.audio import utterance
 from tests.support.events import TIMEOUT_S, Events
-from tests.support.servers import RunningServer, ServerFactory
+from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory
 from tests.support.webrtc_client import rtc_call
 
 
@@ -154,13 +157,7 @@ async def test_a_sideband_sees_the_call_and_answers_its_tool_call_unseen_by_the_
                 while True:
                     await asyncio.wait_for(ws.recv(), TIMEOUT_S)
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
-        if call.pc.connectionState != "closed":
-            ended = asyncio.Event()
-            call.pc.on("connectionstatechange", lambda: ended.set())
-            async with asyncio.timeout(TIMEOUT_S):
-                while call.pc.connectionState != "closed":
-                    ended.clear()
-                    await ended.wait()
+        await call.until_closed(TIMEOUT_S)
     async with httpx.AsyncClient(base_url=server.http_url) as http:
         gone = await http.post(
             f"/v1/realtime/calls/{call.call_id}/hangup",
@@ -198,3 +195,95 @@ async def test_refusals_come_before_any_media(
     assert refused.status_code == status, refused.text
     assert refused.json()["error"]["code"] == code
     assert health["sessions"] == 0  # nothing was opened
+
+
+async def offer_with(*kinds: str) -> str:
+    """An aiortc offer with a transceiver of each kind and the events channel."""
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    for kind in kinds:
+        pc.addTransceiver(kind)
+    pc.createDataChannel("oai-events")
+    try:
+        return await offer_sdp(pc)
+    finally:
+        await pc.close()
+
+
+@pytest.mark.parametrize("shape", ["application/sdp", "json", "multipart"])
+async def test_an_offer_with_video_is_refused_before_any_media(
+    serve: ServerFactory, shape: str
+) -> None:
+    server = await serve(api_keys=[KEY])
+    sdp = await offer_with("audio", "video")
+    session = {"type": "realtime", "instructions": "Be brief."}  # as the SDKs send one
+    auth = {"Authorization": f"Bearer {KEY}"}
+    post: dict[str, Any] = {
+        "application/sdp": {"content": sdp, "headers": auth | {"Content-Type": shape}},
+        "json": {"json": {"sdp": sdp, "session": session}, "headers": auth},
+        "multipart": {
+            "files": {"sdp": (None, sdp), "session": (None, json.dumps(session))},
+            "headers": auth,
+        },
+    }[shape]
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        refused = await http.post("/v1/realtime/calls", **post)
+        health = (await http.get("/healthz")).json()
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_sdp", "sdp")
+    assert error["message"].endswith("media sections: 1 audio, 1 video, 1 data.")
+    assert health["sessions"] == 0
+
+
+class NoSession:
+    """All a call needs of its session to answer an offer."""
+
+    def report_playback(self, played: object) -> None:
+        pass
+
+
+async def remote_addresses(sdp: str, **settings: Any) -> set[tuple[str, int]]:
+    """The addresses a call answering `sdp` sends ICE checks to (closed at once)."""
+    call = Call("rtc_test", NoSession(), Settings(**TEST_SETTINGS, **settings))  # type: ignore[arg-type]
+    try:
+        await call.answer(sdp)
+        transport = call.pc.getTransceivers()[0].receiver.transport.transport
+        return {(c.ip, c.port) for c in transport.getRemoteCandidates()}
+    finally:
+        await call.pc.close()
+
+
+async def test_an_offer_names_few_addresses_to_check_and_none_on_this_host(
+    serve: ServerFactory,
+) -> None:
+    sdp = await offer_with("audio")
+    own = next(line for line in sdp.splitlines() if line.startswith("a=candidate:"))
+    address = own.split()[4]  # the caller's own host candidate: checks stay on this host
+    listed = ["a=candidate:8 1 udp 200 127.0.0.1 6379 typ host"]
+    listed += ["a=candidate:7 1 udp 200 169.254.169.254 80 typ host"]
+    listed += [f"a=candidate:9 1 udp 100 {address} {40000 + i} typ host" for i in range(40)]
+    crafted = sdp.replace(own + "\r\n", own + "\r\n" + "\r\n".join(listed) + "\r\n")
+    checked = await remote_addresses(crafted)
+    assert len(checked) == 16
+    assert {ip for ip, _ in checked} == {address}
+    # Only the operator opens a refused range (a caller on this host).
+    opened = await remote_addresses(crafted, rtc_candidate_networks=["127.0.0.0/8"])
+    assert ("127.0.0.1", 6379) in opened
+    assert not any(ip == "169.254.169.254" for ip, _ in opened)
+
+
+async def test_a_call_is_hung_up_at_its_maximum_length_telling_the_client(
+    serve: ServerFactory,
+) -> None:
+    server = await serve(max_call_s=0.5)
+    async with rtc_call(server) as call:
+        await call.events.until("session.created")
+        error = await call.events.until("error")
+        await call.until_closed(TIMEOUT_S)
+    assert error["error"] == {
+        "type": "invalid_request_error",
+        "code": "session_expired",
+        "message": "Your session hit the maximum duration of 0.5 seconds.",
+        "param": None,
+        "event_id": None,
+    }

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -44,6 +45,15 @@ class RtcCall:
 
     async def until_heard(self, condition: Callable[[], bool], timeout_s: float) -> None:
         await self.call.until_heard(condition, timeout_s)
+
+    async def until_closed(self, timeout_s: float) -> None:
+        """Wait until the server has closed the peer connection."""
+        ended = asyncio.Event()
+        self.pc.on("connectionstatechange", ended.set)
+        async with asyncio.timeout(timeout_s):
+            while self.pc.connectionState != "closed":
+                ended.clear()
+                await ended.wait()
 
     def send(self, event: dict[str, Any]) -> None:
         self.sent.append(event)
