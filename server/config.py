@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from server.capacity import default_max_sessions, usable_cores
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 VadBackendName = Literal["silero", "webrtc"]
@@ -93,8 +95,10 @@ class Settings(BaseSettings):
     # Keys clients must present (PARLEY_API_KEYS=key1,key2). None: anyone may
     # connect, which is meant for a loopback address only.
     api_keys: Annotated[list[str], NoDecode] = []
-    # Concurrent realtime sessions; one more is closed with 1013 (try again later).
-    max_sessions: int | None = Field(default=None, ge=1)
+    # Concurrent realtime sessions (WebSockets and calls); one more is closed with
+    # 1013 (try again later). Unset: sized from the host's CPUs and the executor
+    # (server/capacity.py); 0: no limit. After validation None means no limit.
+    max_sessions: int | None = Field(default=None, ge=0)
     # Prometheus metrics at GET /metrics (behind the API keys when there are some;
     # docs/metrics.md). Off: no route, and no observer unless the app is given one.
     metrics: bool = True
@@ -119,6 +123,20 @@ class Settings(BaseSettings):
     ice_servers: Annotated[list[str], NoDecode] = []
     ice_username: str | None = None
     ice_credential: SecretStr | None = None
+
+    # --- browser origins, safe defaults (docs/deploy.md, "Security") ---
+    # Serving beyond loopback with no API keys opens the server to anyone who can
+    # reach it: refused at start unless this says the network in front is trusted.
+    allow_no_keys: bool = False
+
+    @model_validator(mode="after")
+    def _session_limit(self) -> Settings:
+        # Unset: sized from the host; 0: asked for no limit (None from here on).
+        if self.max_sessions is None:
+            self.max_sessions = default_max_sessions(self.executor, usable_cores())
+        elif self.max_sessions == 0:
+            self.max_sessions = None
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod
