@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -201,6 +202,16 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
+    if settings.allowed_origins:
+        # Pages the operator allowed may read answers (the SDP answer, its Location);
+        # no CORS headers for any other page (server/origins.py).
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.allowed_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "OpenAI-Beta"],
+            expose_headers=["Location"],
+        )
     # Without a configured secret this process signs with its own: its keys work
     # here only (`parley serve --workers` shares one, server/cli.py).
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()

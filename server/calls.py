@@ -34,6 +34,7 @@ from server.auth import (
     presented_key,
 )
 from server.logs import session_var
+from server.origins import check_origin
 from server.sessions import SHUTDOWN_REASON, Seat, SessionHub
 from server.webrtc import Call, CallError
 
@@ -124,6 +125,8 @@ class CallsEndpoint:
 
     async def create(self, request: Request) -> Response:
         hub = self.hub
+        # A web page the operator did not allow: refused before the offer is read.
+        check_origin(request.headers, hub.settings.allowed_origins, open_server=self.keys.open)
         if hub.draining:
             raise ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
         ephemeral = self.keys.authenticate(presented_key(request.headers), websocket=True)

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from server.capacity import default_max_sessions, usable_cores
+from server.origins import normalize_origin
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 VadBackendName = Literal["silero", "webrtc"]
@@ -125,9 +126,23 @@ class Settings(BaseSettings):
     ice_credential: SecretStr | None = None
 
     # --- browser origins, safe defaults (docs/deploy.md, "Security") ---
+    # Web pages besides the server's own that may open sessions (WebSocket upgrades
+    # and WebRTC offers), as exact origins: PARLEY_ALLOWED_ORIGINS=https://a.example,
+    # https://b.example:8443; `*` any page, `null` sandboxed ones. They get CORS
+    # headers too. Default none: any other page is refused with 403 (server/origins.py).
+    allowed_origins: Annotated[list[str], NoDecode] = []
     # Serving beyond loopback with no API keys opens the server to anyone who can
     # reach it: refused at start unless this says the network in front is trusted.
     allow_no_keys: bool = False
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [origin for origin in value.split(",") if origin.strip()]
+        if isinstance(value, list):
+            return [normalize_origin(str(origin)) for origin in value]
+        return value
 
     @model_validator(mode="after")
     def _session_limit(self) -> Settings:
