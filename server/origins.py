@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from urllib.parse import urlsplit
 
-from server.auth import ApiError
 from server.exposure import is_loopback
 
 ANY = "*"
@@ -102,6 +101,10 @@ def check_origin(
     headers: Mapping[str, str], allowed: Collection[str], *, open_server: bool
 ) -> None:
     """Raise ApiError 403 for a page that may not open sessions here."""
+    # Imported here: the settings read this module (normalize_origin) before the
+    # app's modules load, and server.auth loads the protocol's (server/cli.py).
+    from server.auth import ApiError
+
     if not origin_allowed(
         headers.get("origin"), headers.get("host"), allowed, open_server=open_server
     ):
