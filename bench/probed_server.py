@@ -185,6 +185,7 @@ def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
         scripted_chunk_ms=args.chunk_ms,
         vad_backend=args.vad_backend,
         log_level="warning",
+        max_sessions=0,  # no limit: the benchmark searches for the capacity
     )
     app = create_app(settings, observer=ProbeObserver(probes))
     hub = app.state.hub

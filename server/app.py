@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -34,13 +35,13 @@ from server.auth import (
     ApiError,
     KeyStore,
     create_client_secret,
-    exposure_warning,
     parse_client_secret_request,
     presented_key,
 )
 from server.calls import CallsEndpoint
 from server.config import Settings
 from server.ephemeral_keys import new_key_secret
+from server.exposure import refuse_unsafe_exposure
 from server.logs import LogObserver, install_redaction
 from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
 from server.observers import compose
@@ -140,6 +141,10 @@ def create_app(
     """The app; `observer` is told what every session does (engine/observer.py),
     besides the metrics (server/metrics.py) and the session log (server/logs.py)."""
     settings = settings or Settings()
+    # Refused before any model loads (UnsafeExposure): a keyless server beyond loopback.
+    warning = refuse_unsafe_exposure(
+        settings.host, settings.api_keys, allow_no_keys=settings.allow_no_keys
+    )
     owned = executor is None  # an executor passed in belongs to the caller
     model_executor = executor or make_executor(settings)
 
@@ -152,7 +157,8 @@ def create_app(
     hearing = WhisperHearing(settings.hearing_model)
     # Reaches the MCP servers a session names (`type: "mcp"` tools), for every session.
     mcp_client = StreamableHttpMcp(policy_of(settings.mcp_allowed_origins, settings.mcp_public))
-    install_redaction()  # no audio or key in the WebSocket library's debug lines
+    # No audio or key in any server or library log line, at any level.
+    install_redaction(settings.api_keys)
     metrics = Metrics() if settings.metrics else None
     metered = MetricsObserver(metrics, time.monotonic) if metrics else None
     observers = compose([observer, metered, LogObserver()])
@@ -162,7 +168,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if warning := exposure_warning(settings.host, settings.api_keys):
+        if warning is not None:
             log.warning(warning)
         await model_executor.start()  # vLLM's engine starts here (in the loop)
         hearing.prepare()
@@ -188,7 +194,25 @@ def create_app(
             if owned:
                 await model_executor.aclose()
 
-    app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
+    # No /docs, /redoc or /openapi.json: they would describe the server to anyone.
+    app = FastAPI(
+        title="Parley",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    if settings.allowed_origins:
+        # Pages the operator allowed may read answers (the SDP answer, its Location);
+        # no CORS headers for any other page (server/origins.py).
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.allowed_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "OpenAI-Beta"],
+            expose_headers=["Location"],
+        )
     # Without a configured secret this process signs with its own: its keys work
     # here only (`parley serve --workers` shares one, server/cli.py).
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()

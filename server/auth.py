@@ -5,13 +5,12 @@ by `POST /v1/realtime/client_secrets` for a browser that must not hold a real ke
 each opens WebSockets until it expires, with the session configuration fixed when it
 was made, on any process that shares the key secret (server/ephemeral_keys.py). With
 no real keys configured the server is open, which is meant for a loopback address
-only (`exposure_warning`).
+only (server/exposure.py refuses it elsewhere).
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import secrets
 import time
@@ -80,25 +79,6 @@ def presented_key(headers: Mapping[str, str], subprotocols: Sequence[str] = ()) 
         if offered.startswith(KEY_SUBPROTOCOL) and len(offered) > len(KEY_SUBPROTOCOL):
             return offered[len(KEY_SUBPROTOCOL) :]
     return None
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # any other host name may resolve to a public address
-
-
-def exposure_warning(host: str, api_keys: Sequence[str]) -> str | None:
-    """What to warn about when serving without keys beyond this machine, else None."""
-    if api_keys or is_loopback(host):
-        return None
-    return (
-        f"serving on {host} with no API keys: anyone who can reach this address can "
-        "use the server. Set PARLEY_API_KEYS=key1,key2 or serve on 127.0.0.1."
-    )
 
 
 class KeyStore:

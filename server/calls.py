@@ -36,6 +36,7 @@ from server.auth import (
 )
 from server.logs import session_var
 from server.offer_body import offer_parts
+from server.origins import check_origin
 from server.sdp_policy import layout_problem
 from server.sessions import SHUTDOWN_REASON, Seat, SessionHub
 from server.webrtc import Call, CallError
@@ -106,6 +107,8 @@ class CallsEndpoint:
 
     async def create(self, request: Request) -> Response:
         hub = self.hub
+        # A web page the operator did not allow: refused before the offer is read.
+        check_origin(request.headers, hub.settings.allowed_origins, open_server=self.keys.open)
         if hub.draining:
             raise ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
         ephemeral = self.keys.authenticate(presented_key(request.headers), websocket=True)

@@ -17,6 +17,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from models.errors import ModelMissing
 from server.config import ExecutorName, LogLevel, Settings, TtsEngineName, VadBackendName
+from server.exposure import UnsafeExposure, refuse_unsafe_exposure
 from server.logs import configure_logging
 from server.metrics import MULTIPROC_ENV
 from server.serving import SHUTDOWN_GRACE_S, DrainingServer, run_workers
@@ -65,6 +66,7 @@ _FLAGS = (
     "max_model_len",
     "backend_url",
     "drain_timeout_s",
+    "allow_no_keys",
 )
 _ENV_ONLY = [name for name in Settings.model_fields if name not in _FLAGS]
 
@@ -134,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--max-sessions",
         type=int,
-        help="concurrent realtime sessions; more are closed with 1013, try again later "
-        "(PARLEY_MAX_SESSIONS, default unlimited)",
+        help="concurrent realtime sessions per process; more are closed with 1013, try "
+        "again later (PARLEY_MAX_SESSIONS; default sized from the CPUs and the executor, "
+        "0 for no limit)",
     )
     serve.add_argument(
         "--drain-timeout",
@@ -144,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="on SIGTERM/SIGINT, how long answers in flight may finish before every "
         "session is closed with 1001 (PARLEY_DRAIN_TIMEOUT_S, default 30)",
+    )
+    serve.add_argument(
+        "--allow-no-keys",
+        action="store_const",
+        const=True,
+        help="serve with no API keys on an address beyond loopback, which is otherwise "
+        "refused: only where the network in front is trusted (PARLEY_ALLOW_NO_KEYS)",
     )
     serve.add_argument(
         "--workers",
@@ -166,7 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         parser.error(str(exc))
     configure_logging(settings.log_level)
-    warn_if_exposed(settings)
+    try:
+        if warning := refuse_unsafe_exposure(
+            settings.host, settings.api_keys, allow_no_keys=settings.allow_no_keys
+        ):
+            print(f"parley: WARNING: {warning}", file=sys.stderr)
+    except UnsafeExposure as exc:
+        print(f"parley: refusing to start: {exc}", file=sys.stderr)
+        return 2
     if args.workers > 1:
         return serve_workers(settings, overrides, args.workers)
     try:
@@ -256,18 +273,11 @@ def worker_app() -> Any:
     except ModelMissing as exc:
         print(f"parley: cannot start: {exc.problem}\n  fix: {exc.fix}", file=sys.stderr)
         sys.exit(STARTUP_FAILURE)
+    except UnsafeExposure as exc:
+        print(f"parley: refusing to start: {exc}", file=sys.stderr)
+        sys.exit(STARTUP_FAILURE)
     prepare_to_serve()
     return app
-
-
-def warn_if_exposed(settings: Settings) -> None:
-    """Serving without keys beyond loopback is allowed, but never quietly. (The app
-    logs the same warning, for servers started without this command.)"""
-    from server.auth import exposure_warning
-
-    if warning := exposure_warning(settings.host, settings.api_keys):
-        bar = "!" * 72
-        print(f"{bar}\nparley: WARNING: {warning}\n{bar}", file=sys.stderr)
 
 
 def print_models() -> int:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from engine.mcp.egress import parse_origin
+from server.capacity import default_max_sessions, usable_cores
+from server.origins import normalize_origin
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 VadBackendName = Literal["silero", "webrtc"]
@@ -95,8 +97,10 @@ class Settings(BaseSettings):
     # Keys clients must present (PARLEY_API_KEYS=key1,key2). None: anyone may
     # connect, which is meant for a loopback address only.
     api_keys: Annotated[list[str], NoDecode] = []
-    # Concurrent realtime sessions; one more is closed with 1013 (try again later).
-    max_sessions: int | None = Field(default=None, ge=1)
+    # Concurrent realtime sessions (WebSockets and calls); one more is closed with
+    # 1013 (try again later). Unset: sized from the host's CPUs and the executor
+    # (server/capacity.py); 0: no limit. After validation None means no limit.
+    max_sessions: int | None = Field(default=None, ge=0)
     # Prometheus metrics at GET /metrics (behind the API keys when there are some;
     # docs/metrics.md). Off: no route, and no observer unless the app is given one.
     metrics: bool = True
@@ -132,7 +136,7 @@ class Settings(BaseSettings):
 
     @field_validator("mcp_allowed_origins", mode="before")
     @classmethod
-    def _origins(cls, value: object) -> object:
+    def _mcp_origins(cls, value: object) -> object:
         if isinstance(value, str):
             value = [o.strip() for o in value.split(",") if o.strip()]
         if isinstance(value, list):
@@ -153,6 +157,34 @@ class Settings(BaseSettings):
     # `session_expired` error on its data channel (OpenAI's sessions last at most
     # 60 minutes); 0: no limit.
     max_call_s: float = Field(default=3600.0, ge=0)
+
+    # --- browser origins, safe defaults (docs/deploy.md, "Security") ---
+    # Web pages besides the server's own that may open sessions (WebSocket upgrades
+    # and WebRTC offers), as exact origins: PARLEY_ALLOWED_ORIGINS=https://a.example,
+    # https://b.example:8443; `*` any page, `null` sandboxed ones. They get CORS
+    # headers too. Default none: any other page is refused with 403 (server/origins.py).
+    allowed_origins: Annotated[list[str], NoDecode] = []
+    # Serving beyond loopback with no API keys opens the server to anyone who can
+    # reach it: refused at start unless this says the network in front is trusted.
+    allow_no_keys: bool = False
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [origin for origin in value.split(",") if origin.strip()]
+        if isinstance(value, list):
+            return [normalize_origin(str(origin)) for origin in value]
+        return value
+
+    @model_validator(mode="after")
+    def _session_limit(self) -> Settings:
+        # Unset: sized from the host; 0: asked for no limit (None from here on).
+        if self.max_sessions is None:
+            self.max_sessions = default_max_sessions(self.executor, usable_cores())
+        elif self.max_sessions == 0:
+            self.max_sessions = None
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -10,13 +10,16 @@
 - `configure_logging` sets up `parley serve` (and each `--workers` process).
 
 Nothing here logs a payload: events are logged by type and code only. The
-WebSocket library logs frames (audio) and handshake headers (keys) at DEBUG:
-`RedactFilter` drops the frames and hides the secret headers.
+WebSocket library logs frames (audio) and handshake headers (keys) at DEBUG, and
+uvicorn the connection's scope (a browser's key subprotocol) at TRACE:
+`RedactFilter` drops the frames and hides every key, at every level.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Iterable
 from contextvars import ContextVar
 
 from engine.observer import Observer, ResponseStatus
@@ -39,15 +42,39 @@ class SessionFilter(logging.Filter):
 
 # Under uvicorn, the websockets library logs to "uvicorn.error" at DEBUG: every
 # frame (an append's is audio) and every handshake header (the key travels in
-# `Authorization` or, from a browser, in `Sec-WebSocket-Protocol`).
+# `Authorization` or, from a browser, in `Sec-WebSocket-Protocol`). At TRACE uvicorn
+# logs each connection's ASGI scope to "uvicorn.asgi", its subprotocols (a browser's
+# key) in clear.
 FRAME_FORMATS = frozenset({"< %s", "> %s"})
 HEADER_FORMATS = frozenset({"< %s: %s", "> %s: %s"})
 SECRET_HEADERS = frozenset({"authorization", "sec-websocket-protocol", "cookie", "set-cookie"})
 REDACTED = "[redacted]"
+# Keys wherever they appear in a line: the browser's key subprotocol, ephemeral keys,
+# bearer credentials (API keys are matched as configured, RedactFilter.secrets).
+SECRET_PATTERN = re.compile(
+    r"(?P<keep>openai-insecure-api-key\.|\bbearer\s+)[^\s'\",\]]+|\bek_[\w\-.~+/=]+",
+    re.IGNORECASE,
+)
+
+
+def _hide(match: re.Match[str]) -> str:
+    return (match.group("keep") or "") + REDACTED
 
 
 class RedactFilter(logging.Filter):
-    """Drops the WebSocket library's frame lines and hides secret header values."""
+    """Drops the WebSocket library's frame lines; hides secret header values, and
+    every key (API keys in `secrets`, ephemeral keys, bearer credentials) in any line
+    or traceback."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def scrub(self, text: str) -> str:
+        text = SECRET_PATTERN.sub(_hide, text)
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        return text
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg in FRAME_FORMATS:
@@ -56,19 +83,41 @@ class RedactFilter(logging.Filter):
             name = str(record.args[0])
             if name.lower() in SECRET_HEADERS:
                 record.args = (name, REDACTED)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: logging reports it when it formats
+            return True
+        if (scrubbed := self.scrub(message)) != message:
+            record.msg, record.args = scrubbed, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.scrub(record.exc_text)
         return True
 
 
-# The loggers the WebSocket library writes to: uvicorn's, or its own when used alone.
-LIBRARY_LOGGERS = ("uvicorn.error", "websockets.server", "websockets.protocol")
+# One filter for the process, on the loggers of uvicorn and the WebSocket library (a
+# logger's filters see only its own records) and on the handlers `parley serve` sets
+# up (which see every record).
+REDACTION = RedactFilter()
+LIBRARY_LOGGERS = (
+    "uvicorn",
+    "uvicorn.error",
+    "uvicorn.access",
+    "uvicorn.asgi",
+    "websockets.server",
+    "websockets.protocol",
+)
 
 
-def install_redaction() -> None:
-    """Idempotent; every app does it (server/app.py), whoever set up logging."""
+def install_redaction(api_keys: Iterable[str] = ()) -> None:
+    """Idempotent; every app does it (server/app.py) with its API keys, whoever set
+    up logging."""
+    REDACTION.secrets.update(key for key in api_keys if key)
     for name in LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
-        if not any(isinstance(f, RedactFilter) for f in logger.filters):
-            logger.addFilter(RedactFilter())
+        if REDACTION not in logger.filters:
+            logger.addFilter(REDACTION)
 
 
 def configure_logging(level: str) -> None:
@@ -79,6 +128,8 @@ def configure_logging(level: str) -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, SessionFilter) for f in handler.filters):
             handler.addFilter(SessionFilter())
+        if REDACTION not in handler.filters:
+            handler.addFilter(REDACTION)
     install_redaction()
 
 

@@ -35,6 +35,7 @@ from engine.protocol import (
 from engine.session import Session
 from server.auth import ApiError, KeyStore, presented_key
 from server.logs import session_var
+from server.origins import check_origin
 from server.sessions import SHUTDOWN_REASON, SessionHub, submit_text
 from server.ws_protocol import abort_connection
 
@@ -97,6 +98,11 @@ class RealtimeEndpoint:
         self, ws: WebSocket, model: str | None = None, call_id: str | None = None
     ) -> None:
         hub = self.hub
+        try:  # a web page the operator did not allow: before anything else
+            check_origin(ws.headers, hub.settings.allowed_origins, open_server=self.keys.open)
+        except ApiError as refusal:
+            await _deny(ws, refusal)
+            return
         if hub.draining:
             await _deny(
                 ws, ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")

@@ -1,4 +1,4 @@
-"""uvicorn's sans-I/O WebSocket protocol with the two things Parley needs of a transport
+"""uvicorn's sans-I/O WebSocket protocol with the three things Parley needs of a transport
 that uvicorn does not give:
 
 - the app can abort the connection (`abort_connection`): a client that stopped reading
@@ -9,7 +9,9 @@ that uvicorn does not give:
   still arriving (or unread), the kernel answers with a TCP reset, which discards the
   close frame on the client's side: it saw 1006. Here the server half-closes after the
   frame and keeps reading, discarding, until the client closes its side, for at most
-  `LINGER_S`.
+  `LINGER_S`;
+- a text message that is not UTF-8 closes the connection (1007) with one log line,
+  not a server error's traceback: a client's bad input is no fault of the server.
 
 `server.cli.uvicorn_options` selects it (`ws=`), so every `parley serve` process and
 the test servers run it.
@@ -75,6 +77,22 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         super().shutdown()
         if self.transport.get_write_buffer_size():
             self.abort()
+
+    def send_receive_event_to_app(self) -> None:
+        # A text message that is not UTF-8 is the client's fault: closed with 1007 as
+        # uvicorn does, but logged as one line, where uvicorn logs a traceback.
+        if self.curr_msg_data_type == "text" and not self.close_sent:
+            data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+            try:
+                if not data.isascii():  # ASCII (every append) is UTF-8: no second decode
+                    data.decode()
+            except UnicodeDecodeError:
+                self.frames = []
+                self.logger.info("closing a WebSocket with 1007: a text message is not UTF-8")
+                self.conn.send_close(1007, "Text messages must be UTF-8.")
+                self.handle_parser_exception()
+                return
+        super().send_receive_event_to_app()
 
     def handle_parser_exception(self) -> None:
         # The parser failed the connection (1009 for a message over ws_max_size; also

@@ -85,6 +85,7 @@ def targets(vad: str) -> dict[str, Target]:
     for workers in (1, 2):
         name = f"parley-{workers}w"
         argv = [*serve, "--workers", str(workers), "--vad-backend", vad, "--log-level", "warning"]
+        argv += ["--max-sessions", "0"]  # no limit: the benchmark searches for the capacity
         out[name] = Target(name, argv, False, vad, probed=False, env=scripted)
     return out
 

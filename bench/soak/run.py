@@ -76,7 +76,7 @@ def serve_target(executor: str) -> Target:
     """`parley serve` from this checkout (python -m server.cli, so the code under test
     is the code beside this file) on a free port."""
     argv = [sys.executable, "-m", "server.cli", "serve", "--port", "{port}"]
-    argv += ["--executor", executor, "--log-level", "warning"]
+    argv += ["--executor", executor, "--log-level", "warning", "--max-sessions", "0"]
     pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**SCRIPTED_ENV, "PYTHONPATH": pythonpath}
     return Target(f"soak-{executor}", argv, floor=False, probed=False, env=env)

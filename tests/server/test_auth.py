@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import secrets
 from typing import Any
 
@@ -26,15 +25,12 @@ from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
 import server.app
 from engine.protocol import SessionIn
-from server import cli
 from server.app import create_app
 from server.auth import (
     KEY_SUBPROTOCOL,
     ApiError,
     KeyStore,
     create_client_secret,
-    exposure_warning,
-    is_loopback,
     parse_client_secret_request,
     presented_key,
 )
@@ -536,58 +532,3 @@ async def test_max_sessions_counts_a_session_before_its_handshake_completes() ->
     await asyncio.wait_for(first_handled, TIMEOUT_S)
     assert first.close_code == 1000
     assert hub.sessions == 0 and hub.drained.is_set()
-
-
-# --- serving beyond loopback without keys ------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("host", "loopback"),
-    [
-        ("127.0.0.1", True),
-        ("127.8.9.10", True),
-        ("::1", True),
-        ("[::1]", True),
-        ("localhost", True),
-        ("0.0.0.0", False),
-        ("::", False),
-        ("192.168.1.5", False),
-        ("example.com", False),
-    ],
-)
-def test_is_loopback(host: str, loopback: bool) -> None:
-    assert is_loopback(host) is loopback
-
-
-def test_exposure_warning_only_without_keys_beyond_loopback() -> None:
-    assert exposure_warning("127.0.0.1", []) is None
-    assert exposure_warning("0.0.0.0", [KEY]) is None
-    warning = exposure_warning("0.0.0.0", [])
-    assert warning is not None and "PARLEY_API_KEYS" in warning
-
-
-class _FakeUvicornServer:
-    def __init__(self, config: object) -> None:
-        self.started = True
-
-    def run(self) -> None:
-        pass
-
-
-@pytest.mark.parametrize(("host", "warned"), [("0.0.0.0", True), ("127.0.0.1", False)])
-def test_cli_warns_when_serving_open_beyond_loopback(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], host: str, warned: bool
-) -> None:
-    monkeypatch.delenv("PARLEY_API_KEYS", raising=False)
-    monkeypatch.setattr(cli, "DrainingServer", _FakeUvicornServer)
-    assert cli.main(["serve", "--host", host, "--executor", "scripted"]) == 0
-    stderr = capsys.readouterr().err
-    assert ("WARNING" in stderr and "0.0.0.0 with no API keys" in stderr) is warned
-
-
-async def test_app_logs_the_warning_at_startup(
-    serve: ServerFactory, caplog: pytest.LogCaptureFixture
-) -> None:
-    with caplog.at_level(logging.WARNING, logger="server.app"):
-        await serve(host="0.0.0.0")
-    assert any("no API keys" in r.getMessage() for r in caplog.records)

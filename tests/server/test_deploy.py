@@ -57,8 +57,12 @@ def compose_config(
     )
 
 
+# Every profile needs API keys (below); the tests of the wiring give some.
+KEYS = {"PARLEY_API_KEYS": "k1"}
+
+
 def loaded_config(env: dict[str, str] | None = None) -> dict[str, Any]:
-    done = compose_config(COMPOSE, *PROFILES, env=env)
+    done = compose_config(COMPOSE, *PROFILES, env={**KEYS, **(env or {})})
     assert done.returncode == 0, done.stderr
     loaded: dict[str, Any] = yaml.safe_load(done.stdout)
     return loaded
@@ -195,8 +199,24 @@ def test_compose_client_rejects_a_broken_file(tmp_path: Path) -> None:
     text = COMPOSE.read_text().replace("condition: service_healthy", "condition: healthy-ish")
     assert text != COMPOSE.read_text()
     broken.write_text(text)
-    done = compose_config(broken, "gpu", "cpu")
+    done = compose_config(broken, "gpu", "cpu", env=KEYS)
     assert done.returncode != 0 and "condition" in done.stdout + done.stderr
+
+
+def test_compose_fails_fast_without_api_keys() -> None:
+    """Parley listens on 0.0.0.0 in its container: no profile starts without keys."""
+    for profile in PROFILES:
+        done = compose_config(COMPOSE, profile)
+        assert done.returncode != 0, profile
+        assert "set PARLEY_API_KEYS" in done.stdout + done.stderr, profile
+    # Each service that runs Parley asks for them itself (the client interpolates
+    # every service, so the refusals above could all come from one).
+    raw = yaml.safe_load(COMPOSE.read_text())["services"]
+    parleys = {name for name, service in raw.items() if service.get("image") == "parley:latest"}
+    assert parleys == {"parley", "parley-cpu", "parley-webrtc", "parley-replica"}
+    for name in parleys:
+        keys = raw[name]["environment"]["PARLEY_API_KEYS"]
+        assert keys.startswith("${PARLEY_API_KEYS:?"), name
 
 
 @pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.vllm"])

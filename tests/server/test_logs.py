@@ -1,5 +1,6 @@
 """What a served session leaves in the log at DEBUG (server/logs.py): its ids, its
-close code, its responses' statuses and its errors' codes; never the key or audio."""
+close code, its responses' statuses and its errors' codes; never a key (at any
+level, TRACE included) or audio; and no traceback for a client's bad input."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import asyncio
 import json
 import logging
 import re
+import sys
 
+import httpx
 import numpy as np
 import pytest
+from uvicorn.logging import TRACE_LOG_LEVEL
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosedError
 
 from bench.speech import load_wav, silence
-from server.logs import REDACTED, SessionFilter, session_var
+from server.logs import REDACTED, RedactFilter, SessionFilter, session_var
 from tests.support.audio import CHUNK, b64_pcm
-from tests.support.events import Events
+from tests.support.events import TIMEOUT_S, Events
 from tests.support.servers import ServerFactory
 
 KEY = "sk-log-test-0123456789abcdef"
@@ -80,3 +85,74 @@ def test_every_line_of_a_sessions_tasks_names_its_session() -> None:
     finally:
         session_var.reset(token)
     assert record.session_tag == " [sess_abc]"  # type: ignore[attr-defined]
+
+
+async def test_no_key_in_any_line_at_trace_level(
+    serve: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At TRACE uvicorn logs every connection's ASGI scope, the subprotocols (where a
+    browser's key travels) among it; the websockets library logs the headers."""
+    caplog.set_level(TRACE_LOG_LEVEL)
+    server = await serve(api_keys=[KEY], log_level="trace")
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
+        minted = await http.post(
+            "/v1/realtime/client_secrets", json={}, headers={"Authorization": f"Bearer {KEY}"}
+        )
+    ephemeral = minted.json()["value"]
+    client_log = logging.getLogger(CLIENT_LOGGER)
+    for key in (KEY, ephemeral):  # as a browser offers them, and as an SDK sends them
+        for options in (
+            {"subprotocols": ["realtime", f"openai-insecure-api-key.{key}"]},
+            {"additional_headers": {"Authorization": f"Bearer {key}"}},
+        ):
+            async with connect(server.ws_url, logger=client_log, **options) as ws:  # type: ignore[arg-type]
+                await Events(ws.recv).until("session.created")
+    records = [r for r in caplog.records if r.name != CLIENT_LOGGER]
+    text = "\n".join(r.getMessage() for r in records) + caplog.text.split(CLIENT_LOGGER)[0]
+    assert any("scope=" in r.getMessage() for r in records)  # TRACE was on
+    assert "openai-insecure-api-key." + REDACTED in text
+    assert KEY not in text
+    assert ephemeral not in text and ephemeral.split(".")[-1] not in text
+
+
+def test_keys_are_hidden_in_any_line_and_traceback() -> None:
+    redact = RedactFilter()
+    redact.secrets.add("sk-configured")
+    try:
+        raise ValueError("bad key sk-configured")
+    except ValueError:
+        record = logging.LogRecord(
+            "x", logging.ERROR, __file__, 1, "%s %s", ("Bearer abc.def", "ek_AbC-1.x_Y"), True
+        )
+        record.exc_info = sys.exc_info()
+    assert redact.filter(record)
+    assert record.getMessage() == f"Bearer {REDACTED} {REDACTED}"
+    assert record.exc_text is not None and "sk-configured" not in record.exc_text
+    assert "ValueError" in record.exc_text
+
+
+async def test_invalid_utf8_closes_with_1007_and_no_traceback(
+    serve: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client's bad input is not a server fault: no ERROR line, no traceback."""
+    caplog.set_level(logging.DEBUG)
+    server = await serve(log_level="debug")
+    # The client logs its frames at DEBUG, and cannot print this one: not at DEBUG.
+    client_log = logging.getLogger(CLIENT_LOGGER + ".quiet")
+    client_log.setLevel(logging.INFO)
+    async with connect(server.ws_url, logger=client_log) as ws:
+        await Events(ws.recv).until("session.created")
+        await ws.send(b"\xff\xfe not utf-8", text=True)
+        with pytest.raises(ConnectionClosedError) as closed:
+            while True:
+                await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+    # The server closes the session after the client has gone: wait for its line.
+    for _ in range(200):
+        if any("close code 1007" in r.getMessage() for r in caplog.records):
+            break
+        await asyncio.sleep(0.05)
+    records = [r for r in caplog.records if not r.name.startswith(CLIENT_LOGGER)]
+    assert any("not UTF-8" in r.getMessage() for r in records)
+    assert not [r for r in records if r.levelno >= logging.WARNING or r.exc_info]
+    assert "Traceback" not in caplog.text and "UnicodeDecodeError" not in caplog.text
