@@ -85,6 +85,7 @@ from engine.turns import (
 )
 from engine.vad import VadBackend
 from models.base import PCM_RATE, Executor, PromptItem
+from models.listening.fair_pool import CALLER
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +235,9 @@ class Session:
         )
 
     async def run(self) -> None:
+        # The shared listening models serve sessions in fair shares by this id; the
+        # tasks the session starts (its pause scoring, its hearings) inherit it.
+        CALLER.set(self.session_id)
         self.emit.control(SessionCreatedEvent, session=to_wire(self.config))
         self.emit.control(
             ConversationCreatedEvent,

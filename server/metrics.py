@@ -34,6 +34,7 @@ from prometheus_client import (
 )
 
 from engine.observer import Observer, ResponseStatus
+from models.listening.fair_pool import ABANDONED, SUPERSEDED
 from server.turn_timing import STAGES, Clock, Observation, TurnTimer
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ RESPONSE_STATUSES: tuple[ResponseStatus, ...] = ("completed", "cancelled", "inco
 # Close codes that mean something to an operator; a client may close with any code
 # in 1000-4999, so the rest share one label and the series stay few.
 CLOSE_CODES = frozenset({1000, 1001, 1005, 1006, 1008, 1009, 1011, 1012, 1013})
+# The shared listening models whose calls are shared fairly (models/listening/fair_pool.py).
+SHARED_MODELS = ("end_of_turn", "hearing")
 
 
 def close_code_label(code: int) -> str:
@@ -107,11 +110,26 @@ class Metrics:
             f"How late the event loop woke a {PROBE_INTERVAL_S} s sleep.",
             buckets=LAG_BUCKETS, registry=r,
         )  # fmt: skip
+        self.model_requests_dropped = Counter(
+            "parley_model_requests_dropped",
+            "Requests to a shared listening model that never ran, by model and reason: "
+            "superseded (its session asked again first), abandoned (its session "
+            "stopped waiting).",
+            ["model", "reason"], registry=r,
+        )  # fmt: skip
         # Series that exist from the start, so a dashboard sees zeros, not gaps.
+        for model in SHARED_MODELS:
+            for reason in (SUPERSEDED, ABANDONED):
+                self.model_requests_dropped.labels(model, reason)
         for stage in STAGES:
             self.turn_latency.labels(stage)
         for status in RESPONSE_STATUSES:
             self.responses.labels(status)
+
+    def dropped_by(self, model: str) -> Callable[[str], None]:
+        """A shared model's `on_drop` (models/listening/fair_pool.py): counts its
+        requests that never ran, by reason."""
+        return lambda reason: self.model_requests_dropped.labels(model, reason).inc()
 
 
 _reported: set[str] = set()
