@@ -49,6 +49,7 @@ from engine.emitter import Emitter, Flush, Ids, Outbox, OutboxOverflow
 from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.held_speech import Drop, HearingDone, HeldSpeech, Interrupt, OffLoopHearing
 from engine.history import audio_to_release, items_to_drop
+from engine.ingest_pace import IngestPace
 from engine.input_audio import InputAudio
 from engine.input_buffer import InputBuffer
 from engine.interruption import HearingRecognizer, InterruptionParams, holds
@@ -137,7 +138,14 @@ class Session:
         self.conversation = Conversation(self.ids.new("conv"))
         # Turn detection, with semantic_vad's end-of-turn model (shared by all
         # sessions; None: semantic_vad ends turns after a fixed silence).
-        self.turns = TurnDetection(vad_backend, end_of_turn, executor, self._post, session_id)
+        limits = self.limits
+        pace = (
+            IngestPace(limits.ingest_speed, limits.ingest_burst_s) if limits.ingest_speed else None
+        )
+        paced = partial(observer.audio_paced, session_id) if observer else lambda seconds: None
+        self.turns = TurnDetection(
+            vad_backend, end_of_turn, executor, self._post, session_id, pace, paced
+        )
         self.turns.use(self.turns.new_detector(self.config.turn_detection, 0))
         # Speech while the assistant is audible; its recognizer (shared by all
         # sessions) hears it; None: duration alone qualifies it.

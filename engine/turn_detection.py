@@ -1,7 +1,8 @@
 """Turn detection inside a session: the VAD stream, the detector (server_vad or
 semantic_vad, engine/turns.py and engine/semantic_turns.py), semantic_vad's
-end-of-turn scoring at a pause (engine/pause_scoring.py) and speculation during a
-pause (engine/speculation.py).
+end-of-turn scoring at a pause (engine/pause_scoring.py), speculation during a
+pause (engine/speculation.py) and the pace at which audio reaches the shared VAD
+(engine/ingest_pace.py).
 
 The session feeds it audio and acts on what it returns: turn events, and what an
 end-of-turn score decides. The turn itself (its item id and audio) is the session's:
@@ -10,6 +11,7 @@ it is handed in where speculation needs it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.end_of_turn import EndOfTurnModel
+from engine.ingest_pace import IngestPace
 from engine.pause_scoring import EndOfTurnScored, PauseScoring
 from engine.semantic_turns import (
     SemanticTurnDetector,
@@ -50,8 +53,12 @@ class TurnDetection:
         executor: Executor,
         post: Callable[[EndOfTurnScored], None],
         name: str,
+        pace: IngestPace | None = None,
+        paced: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
+        self.pace = pace  # None: audio is scored as fast as it comes
+        self._paced = paced  # told how long audio waited for its turn
         self.scoring = PauseScoring(end_of_turn, post, name)
         self.speculation = Speculation(executor)
         self.detector: TurnDetector | None = None  # None: no turn detection
@@ -77,11 +84,18 @@ class TurnDetection:
         self.detector = detector
 
     async def feed(self, pcm: npt.NDArray[np.int16], *, offload: bool) -> list[TurnEvent]:
-        """The VAD's frames of `pcm` through the detector: the turn events found."""
+        """The VAD's frames of `pcm` through the detector: the turn events found.
+        Audio past the session's budget waits first (engine/ingest_pace.py)."""
         detector = self.detector
         if detector is None:
             self.vad.skip(len(pcm))  # the VAD clock stays on the input clock
             return []
+        if self.pace is not None:
+            now = asyncio.get_running_loop().time()
+            delay = self.pace.delay_s(now, len(pcm) / PCM_RATE)
+            if delay > 0:
+                self._paced(delay)
+                await asyncio.sleep(delay)
         return detector.feed(await self.vad.score(pcm, offload=offload))
 
     def after_frames(self, turn: Callable[[], PromptItem | None]) -> None:

@@ -117,6 +117,12 @@ class Metrics:
             "stopped waiting).",
             ["model", "reason"], registry=r,
         )  # fmt: skip
+        self.audio_paced = Counter(
+            "parley_input_audio_paced_seconds",
+            "Seconds sessions' audio waited for the VAD, sent faster than the ingest "
+            "budget (PARLEY_INGEST_SPEED times real time past PARLEY_INGEST_BURST_S).",
+            registry=r,
+        )
         # Series that exist from the start, so a dashboard sees zeros, not gaps.
         for model in SHARED_MODELS:
             for reason in (SUPERSEDED, ABANDONED):
@@ -187,6 +193,10 @@ class MetricsObserver(Observer):
     @guarded
     def error_sent(self, session_id: str, code: str) -> None:
         self.metrics.errors.labels(code).inc()
+
+    @guarded
+    def audio_paced(self, session_id: str, seconds: float) -> None:
+        self.metrics.audio_paced.inc(seconds)
 
     @guarded
     def speech_stopped(

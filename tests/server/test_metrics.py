@@ -248,3 +248,11 @@ async def test_requests_the_shared_models_drop_are_counted_by_model_and_reason()
         )
         == 1
     )
+
+
+def test_seconds_of_paced_audio_are_counted() -> None:
+    metrics, observer = direct()
+    observer.audio_paced("s", 1.5)
+    observer.audio_paced("t", 0.25)
+    samples = parse(render(metrics).decode())
+    assert value(samples, "parley_input_audio_paced_seconds_total") == 1.75
