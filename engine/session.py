@@ -400,7 +400,7 @@ class Session:
             return
         for turn_event in events:
             await self._on_turn_event(turn_event, received_at)
-        self.turns.after_frames(self._turn_so_far)
+        self.turns.after_frames(self._turn_so_far, self._turn_ms())
         if detector.in_speech:
             self.held.grew(self._now_ms() - (detector.pause_ms or 0))
         await self._advance_held()
@@ -561,6 +561,12 @@ class Session:
             return None
         item_id, start = self._speech
         return PromptItem(item_id, "user", audio=self.buffer.copy(start, self.buffer.end))
+
+    def _turn_ms(self) -> int:
+        """The turn in progress so far, in ms of audio (0: none)."""
+        if self._speech is None:
+            return 0
+        return self._now_ms() - self.buffer.pos_to_ms(self._speech[1])
 
     def _answer_early(self) -> None:
         """Begin the answer the commit would ask for, if it would ask for one at once

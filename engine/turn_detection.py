@@ -98,16 +98,18 @@ class TurnDetection:
                 await asyncio.sleep(delay)
         return detector.feed(await self.vad.score(pcm, offload=offload))
 
-    def after_frames(self, turn: Callable[[], PromptItem | None]) -> None:
+    def after_frames(self, turn: Callable[[], PromptItem | None], turn_ms: int) -> None:
         """After a batch of frames and its events: a score of a pause the detector no
         longer waits on goes (speech resumed, or the turn ended); speculation begins
-        on the turn so far in a long enough pause, and goes when speech resumes."""
+        on the turn so far (`turn`, `turn_ms` long) in a long enough pause, and goes
+        when speech resumes."""
         detector = self.detector
         semantic = detector if isinstance(detector, SemanticTurnDetector) else None
         self.scoring.keep_only(semantic.pending_pause if semantic else None)
         pause_ms = detector.pause_ms if detector is not None else None
         after_ms = semantic.curve.candidate_pause_ms if semantic else SPECULATE_AFTER_MS
-        step = speculation_step(pause_ms, self.speculation.item_id is not None, after_ms)
+        speculating = self.speculation.item_id is not None
+        step = speculation_step(pause_ms, speculating, after_ms, turn_ms)
         if step is Step.DISCARD:
             self.speculation.discard()
         elif step is Step.BEGIN and (item := turn()) is not None:
