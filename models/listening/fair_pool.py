@@ -162,10 +162,8 @@ class FairPool:
             result = job.call()
         except BaseException as exc:  # handed to the caller, not lost in the thread
             error = exc
-        try:
+        with contextlib.suppress(RuntimeError):  # a closed loop waits for nothing
             job.loop.call_soon_threadsafe(_settle, job, result, error)
-        except RuntimeError:  # that loop has closed: nobody is waiting any more
-            pass
         with self._lock:
             self._queue.finished(caller)
             self._start_next()
