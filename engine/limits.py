@@ -32,3 +32,8 @@ class EngineLimits:
     # (told as `conversation.item.deleted`).
     max_history_items: int = 1000
     max_history_text_chars: int = 1_000_000
+    # Audio reaches the VAD, which every session shares, at most this many times real
+    # time once a burst of `ingest_burst_s` of audio is spent (engine/ingest_pace.py);
+    # 0: as fast as it comes.
+    ingest_speed: float = 10.0
+    ingest_burst_s: float = 60.0

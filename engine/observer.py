@@ -39,6 +39,10 @@ class Observer:
     def error_sent(self, session_id: str, code: str) -> None:
         """An `error` event with `code` was queued for the client."""
 
+    def audio_paced(self, session_id: str, seconds: float) -> None:
+        """Audio faster than the session's budget waits `seconds` before the VAD
+        scores it (engine/ingest_pace.py)."""
+
     def speech_started(self, session_id: str, item_id: str, audio_start_ms: int) -> None:
         """Turn detection heard speech begin."""
 

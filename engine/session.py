@@ -49,6 +49,7 @@ from engine.emitter import Emitter, Flush, Ids, Outbox, OutboxOverflow
 from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.held_speech import Drop, HearingDone, HeldSpeech, Interrupt, OffLoopHearing
 from engine.history import audio_to_release, items_to_drop
+from engine.ingest_pace import IngestPace
 from engine.input_audio import InputAudio
 from engine.input_buffer import InputBuffer
 from engine.interruption import HearingRecognizer, InterruptionParams, holds
@@ -86,6 +87,7 @@ from engine.turns import (
 )
 from engine.vad import VadBackend
 from models.base import PCM_RATE, Executor, PromptItem
+from models.listening.fair_pool import CALLER
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +142,14 @@ class Session:
         self.conversation = Conversation(self.ids.new("conv"))
         # Turn detection, with semantic_vad's end-of-turn model (shared by all
         # sessions; None: semantic_vad ends turns after a fixed silence).
-        self.turns = TurnDetection(vad_backend, end_of_turn, executor, self._post, session_id)
+        limits = self.limits
+        pace = (
+            IngestPace(limits.ingest_speed, limits.ingest_burst_s) if limits.ingest_speed else None
+        )
+        paced = partial(observer.audio_paced, session_id) if observer else lambda seconds: None
+        self.turns = TurnDetection(
+            vad_backend, end_of_turn, executor, self._post, session_id, pace, paced
+        )
         self.turns.use(self.turns.new_detector(self.config.turn_detection, 0))
         # Speech while the assistant is audible; its recognizer (shared by all
         # sessions) hears it; None: duration alone qualifies it.
@@ -238,6 +247,9 @@ class Session:
         )
 
     async def run(self) -> None:
+        # The shared listening models serve sessions in fair shares by this id; the
+        # tasks the session starts (its pause scoring, its hearings) inherit it.
+        CALLER.set(self.session_id)
         self.emit.control(SessionCreatedEvent, session=to_wire(self.config))
         self.emit.control(
             ConversationCreatedEvent,
@@ -392,7 +404,7 @@ class Session:
             return
         for turn_event in events:
             await self._on_turn_event(turn_event, received_at)
-        self.turns.after_frames(self._turn_so_far)
+        self.turns.after_frames(self._turn_so_far, self._turn_ms())
         if detector.in_speech:
             self.held.grew(self._now_ms() - (detector.pause_ms or 0))
         await self._advance_held()
@@ -553,6 +565,12 @@ class Session:
             return None
         item_id, start = self._speech
         return PromptItem(item_id, "user", audio=self.buffer.copy(start, self.buffer.end))
+
+    def _turn_ms(self) -> int:
+        """The turn in progress so far, in ms of audio (0: none)."""
+        if self._speech is None:
+            return 0
+        return self._now_ms() - self.buffer.pos_to_ms(self._speech[1])
 
     def _answer_early(self) -> None:
         """Begin the answer the commit would ask for, if it would ask for one at once

@@ -18,6 +18,11 @@ from models.base import Executor, PromptItem
 # then still has 300 ms to run). semantic_vad begins where it first scores a pause
 # (its curve's candidate_pause_ms), since a confident score ends the turn soon after.
 SPECULATE_AFTER_MS = 200
+# A turn longer than this is not speculated on. Speculative recognition runs on the
+# recognizer every session shares and, once begun, to its end even when the user goes
+# on; so one session's speculation costs the others at most one call over this much
+# audio (Whisper's own window), however long a turn a client makes.
+MAX_SPECULATED_MS = 30_000
 
 
 class Step(Enum):
@@ -26,13 +31,14 @@ class Step(Enum):
 
 
 def speculation_step(
-    pause_ms: int | None, speculating: bool, after_ms: int = SPECULATE_AFTER_MS
+    pause_ms: int | None, speculating: bool, after_ms: int = SPECULATE_AFTER_MS, turn_ms: int = 0
 ) -> Step | None:
     """What to do after the detector took a batch of frames: `pause_ms` is the
-    silence so far in the turn in progress (None: in speech, or no turn)."""
+    silence so far in the turn in progress (None: in speech, or no turn), `turn_ms`
+    the turn's audio so far."""
     if speculating:
         return Step.DISCARD if pause_ms is None else None  # the user went on
-    if pause_ms is not None and pause_ms >= after_ms:
+    if pause_ms is not None and pause_ms >= after_ms and turn_ms <= MAX_SPECULATED_MS:
         return Step.BEGIN
     return None
 

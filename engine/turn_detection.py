@@ -1,7 +1,8 @@
 """Turn detection inside a session: the VAD stream, the detector (server_vad or
 semantic_vad, engine/turns.py and engine/semantic_turns.py), semantic_vad's
-end-of-turn scoring at a pause (engine/pause_scoring.py) and speculation during a
-pause (engine/speculation.py).
+end-of-turn scoring at a pause (engine/pause_scoring.py), speculation during a
+pause (engine/speculation.py) and the pace at which audio reaches the shared VAD
+(engine/ingest_pace.py).
 
 The session feeds it audio and acts on what it returns: turn events, and what an
 end-of-turn score decides. The turn itself (its item id and audio) is the session's:
@@ -10,6 +11,7 @@ it is handed in where speculation needs it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.end_of_turn import EndOfTurnModel
+from engine.ingest_pace import IngestPace
 from engine.pause_scoring import EndOfTurnScored, PauseScoring
 from engine.semantic_turns import (
     SemanticTurnDetector,
@@ -50,8 +53,12 @@ class TurnDetection:
         executor: Executor,
         post: Callable[[EndOfTurnScored], None],
         name: str,
+        pace: IngestPace | None = None,
+        paced: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self.vad = VadStream(vad_backend, input_rate=PCM_RATE)
+        self.pace = pace  # None: audio is scored as fast as it comes
+        self._paced = paced  # told how long audio waited for its turn
         self.scoring = PauseScoring(end_of_turn, post, name)
         self.speculation = Speculation(executor)
         self.detector: TurnDetector | None = None  # None: no turn detection
@@ -77,23 +84,32 @@ class TurnDetection:
         self.detector = detector
 
     async def feed(self, pcm: npt.NDArray[np.int16], *, offload: bool) -> list[TurnEvent]:
-        """The VAD's frames of `pcm` through the detector: the turn events found."""
+        """The VAD's frames of `pcm` through the detector: the turn events found.
+        Audio past the session's budget waits first (engine/ingest_pace.py)."""
         detector = self.detector
         if detector is None:
             self.vad.skip(len(pcm))  # the VAD clock stays on the input clock
             return []
+        if self.pace is not None:
+            now = asyncio.get_running_loop().time()
+            delay = self.pace.delay_s(now, len(pcm) / PCM_RATE)
+            if delay > 0:
+                self._paced(delay)
+                await asyncio.sleep(delay)
         return detector.feed(await self.vad.score(pcm, offload=offload))
 
-    def after_frames(self, turn: Callable[[], PromptItem | None]) -> None:
+    def after_frames(self, turn: Callable[[], PromptItem | None], turn_ms: int) -> None:
         """After a batch of frames and its events: a score of a pause the detector no
         longer waits on goes (speech resumed, or the turn ended); speculation begins
-        on the turn so far in a long enough pause, and goes when speech resumes."""
+        on the turn so far (`turn`, `turn_ms` long) in a long enough pause, and goes
+        when speech resumes."""
         detector = self.detector
         semantic = detector if isinstance(detector, SemanticTurnDetector) else None
         self.scoring.keep_only(semantic.pending_pause if semantic else None)
         pause_ms = detector.pause_ms if detector is not None else None
         after_ms = semantic.curve.candidate_pause_ms if semantic else SPECULATE_AFTER_MS
-        step = speculation_step(pause_ms, self.speculation.item_id is not None, after_ms)
+        speculating = self.speculation.item_id is not None
+        step = speculation_step(pause_ms, speculating, after_ms, turn_ms)
         if step is Step.DISCARD:
             self.speculation.discard()
         elif step is Step.BEGIN and (item := turn()) is not None:

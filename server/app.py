@@ -161,6 +161,10 @@ def create_app(
     install_redaction(settings.api_keys)
     metrics = Metrics() if settings.metrics else None
     metered = MetricsObserver(metrics, time.monotonic) if metrics else None
+    if metrics is not None:  # what the shared models' fair shares drop is counted
+        hearing.pool.on_drop = metrics.dropped_by("hearing")
+        if end_of_turn is not None:
+            end_of_turn.pool.on_drop = metrics.dropped_by("end_of_turn")
     observers = compose([observer, metered, LogObserver()])
 
     def queued() -> int:

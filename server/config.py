@@ -186,6 +186,14 @@ class Settings(BaseSettings):
             self.max_sessions = None
         return self
 
+    # Fair shares (docs/deploy.md): a session's audio reaches the VAD, which every
+    # session shares, at most `ingest_speed` times real time once a burst of
+    # `ingest_burst_s` seconds of audio is spent (engine/ingest_pace.py), so one client
+    # cannot take a core by sending minutes of audio at once; a client streaming in
+    # real time never waits. Default 10x after 60 s; 0 turns pacing off.
+    ingest_speed: float = Field(default=10.0, ge=0)
+    ingest_burst_s: float = Field(default=60.0, ge=0)
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:

@@ -34,6 +34,7 @@ from prometheus_client import (
 )
 
 from engine.observer import Observer, ResponseStatus
+from models.listening.fair_pool import ABANDONED, SUPERSEDED
 from server.turn_timing import STAGES, Clock, Observation, TurnTimer
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ RESPONSE_STATUSES: tuple[ResponseStatus, ...] = ("completed", "cancelled", "inco
 # Close codes that mean something to an operator; a client may close with any code
 # in 1000-4999, so the rest share one label and the series stay few.
 CLOSE_CODES = frozenset({1000, 1001, 1005, 1006, 1008, 1009, 1011, 1012, 1013})
+# The shared listening models whose calls are shared fairly (models/listening/fair_pool.py).
+SHARED_MODELS = ("end_of_turn", "hearing")
 
 
 def close_code_label(code: int) -> str:
@@ -107,11 +110,32 @@ class Metrics:
             f"How late the event loop woke a {PROBE_INTERVAL_S} s sleep.",
             buckets=LAG_BUCKETS, registry=r,
         )  # fmt: skip
+        self.model_requests_dropped = Counter(
+            "parley_model_requests_dropped",
+            "Requests to a shared listening model that never ran, by model and reason: "
+            "superseded (its session asked again first), abandoned (its session "
+            "stopped waiting).",
+            ["model", "reason"], registry=r,
+        )  # fmt: skip
+        self.audio_paced = Counter(
+            "parley_input_audio_paced_seconds",
+            "Seconds sessions' audio waited for the VAD, sent faster than the ingest "
+            "budget (PARLEY_INGEST_SPEED times real time past PARLEY_INGEST_BURST_S).",
+            registry=r,
+        )
         # Series that exist from the start, so a dashboard sees zeros, not gaps.
+        for model in SHARED_MODELS:
+            for reason in (SUPERSEDED, ABANDONED):
+                self.model_requests_dropped.labels(model, reason)
         for stage in STAGES:
             self.turn_latency.labels(stage)
         for status in RESPONSE_STATUSES:
             self.responses.labels(status)
+
+    def dropped_by(self, model: str) -> Callable[[str], None]:
+        """A shared model's `on_drop` (models/listening/fair_pool.py): counts its
+        requests that never ran, by reason."""
+        return lambda reason: self.model_requests_dropped.labels(model, reason).inc()
 
 
 _reported: set[str] = set()
@@ -169,6 +193,10 @@ class MetricsObserver(Observer):
     @guarded
     def error_sent(self, session_id: str, code: str) -> None:
         self.metrics.errors.labels(code).inc()
+
+    @guarded
+    def audio_paced(self, session_id: str, seconds: float) -> None:
+        self.metrics.audio_paced.inc(seconds)
 
     @guarded
     def speech_stopped(

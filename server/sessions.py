@@ -186,6 +186,8 @@ class SessionHub:
                 max_history_audio_ms=self.settings.max_history_audio_ms,
                 max_history_items=self.settings.max_history_items,
                 max_history_text_chars=self.settings.max_history_text_chars,
+                ingest_speed=self.settings.ingest_speed,
+                ingest_burst_s=self.settings.ingest_burst_s,
             ),
             preset=preset,
             observer=self.observer,

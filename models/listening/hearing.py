@@ -14,19 +14,21 @@ than through faster-whisper's `transcribe`, for two reasons measured on 2 cores:
   talk ("Thank you.", "Oh, God."), but is unsure of them.
 
 Two hearings at once (two sessions held together: at four streams on two cores, one
-at a time added ~30 ms to a real interruption's p50 on `make eval-turns`). The model
+at a time added ~30 ms to a real interruption's p50 on `make eval-turns`), shared
+fairly (models/listening/fair_pool.py): a session has at most one hearing running
+and one waiting, and sessions take turns for the threads. The model
 loads on first use, or on `prepare()`, which the server calls at start since
 qualified interruption is on by default (loaded at the first hearing it took ~0.4 s
 from that interruption)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,7 @@ import numpy.typing as npt
 import soxr
 
 from models.base import PCM_RATE
+from models.listening.fair_pool import FairPool, Superseded
 from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
 
 log = logging.getLogger(__name__)
@@ -138,13 +141,22 @@ class WhisperHearing:
         self._parallel = parallel
         self._whisper: _Whisper | None = None
         self._lock = threading.Lock()
-        self._thread = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="hearing")
+        self.pool = FairPool(parallel, "hearing")
         self._warned = False
 
     def prepare(self) -> Future[_Whisper]:
-        """Load the model on a hearing thread now (~0.4 s), so that the first held
+        """Load the model on a thread of its own now (~0.4 s), so that the first held
         speech is heard at once; returns at once. A failure shows at the first hearing."""
-        return self._thread.submit(self._load)
+        loading: Future[_Whisper] = Future()
+
+        def load() -> None:
+            try:
+                loading.set_result(self._load())
+            except Exception as exc:
+                loading.set_exception(exc)
+
+        threading.Thread(target=load, name="hearing-load", daemon=True).start()
+        return loading
 
     def _load(self) -> _Whisper:
         with self._lock:
@@ -162,10 +174,13 @@ class WhisperHearing:
 
     async def transcribe(self, pcm: npt.NDArray[np.int16]) -> Hearing | None:
         """What held speech says ("" for no words); None when it cannot be heard (the
-        session then lets the speech interrupt rather than swallow it)."""
-        loop = asyncio.get_running_loop()
+        session then lets the speech interrupt rather than swallow it). A session asks
+        one hearing at a time and cancels it before asking again, so only a caller that
+        is no longer waited on is ever superseded: None, which it ignores as stale."""
         try:
-            return await loop.run_in_executor(self._thread, self.hear, pcm)
+            return await self.pool.run(partial(self.hear, pcm))
+        except Superseded:
+            return None
         except Exception as exc:
             if not self._warned:
                 self._warned = True
@@ -173,4 +188,4 @@ class WhisperHearing:
             return None
 
     def close(self) -> None:
-        self._thread.shutdown(wait=False)
+        self.pool.close()

@@ -8,9 +8,10 @@ One InferenceSession per process, one thread: a call costs ~50 ms of features pl
 ~100-200 ms of model on one core, so it must stay off the event loop, and a second
 thread would only take the core the loop and the VAD need. Batching several
 sessions' windows into one run does not pay on this model (per-item time is flat or
-worse, see bench/turn_model.py), so requests simply queue on the thread. A session
-awaits its request, so the queue is bounded by the sessions; a caller that gives up
-cancels its request before it starts.
+worse, see bench/turn_model.py), so requests queue for the thread in fair shares
+(models/listening/fair_pool.py): a session has at most one call running and one
+waiting, a newer pause's request replaces its waiting one (which scores None), and
+sessions take turns. A caller that gives up withdraws its request before it starts.
 
 `SmartTurnModel` implements engine/end_of_turn.py's EndOfTurnModel structurally
 (models do not import engine).
@@ -18,10 +19,9 @@ cancels its request before it starts.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.errors import ModelMissing
+from models.listening.fair_pool import FairPool, Superseded
 from models.listening.turn_features import features
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class SmartTurnModel:
 
     def __init__(self, runner: OnnxRunner) -> None:
         self._runner = runner
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smart-turn")
+        self.pool = FairPool(1, "smart-turn")
         self._warned = False
 
     def _score(self, pcm: npt.NDArray[np.int16]) -> float:
@@ -105,10 +106,12 @@ class SmartTurnModel:
 
     async def probability(self, pcm: npt.NDArray[np.int16]) -> float | None:
         """Probability in [0, 1] that the turn is complete, from (at most) its last
-        8 s; None when scoring fails (warned once; the caller falls back)."""
-        loop = asyncio.get_running_loop()
+        8 s; None when scoring fails (warned once; the caller falls back) or when the
+        same session asked again before it was scored (a newer pause)."""
         try:
-            return await loop.run_in_executor(self._thread, self._score, pcm)
+            return await self.pool.run(partial(self._score, pcm))
+        except Superseded:
+            return None
         except Exception as exc:  # onnxruntime's errors derive from Exception directly
             if not self._warned:
                 self._warned = True
@@ -116,10 +119,9 @@ class SmartTurnModel:
             return None
 
     def close(self) -> None:
-        """Stop the worker thread once the queued requests are done (cancelling them
-        would raise CancelledError in sessions that did not ask for it); later calls
-        return None."""
-        self._thread.shutdown(wait=False)
+        """Stop the worker thread once the running request is done; requests still
+        waiting, and later ones, score None."""
+        self.pool.close()
 
 
 def load_smart_turn(path: Path | None = None) -> SmartTurnModel | None:

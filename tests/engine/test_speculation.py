@@ -11,7 +11,8 @@ import numpy.typing as npt
 import pytest
 
 from bench.speech import load_wav, silence
-from engine.speculation import SPECULATE_AFTER_MS, Step, speculation_step
+from engine.speculation import MAX_SPECULATED_MS, SPECULATE_AFTER_MS, Step, speculation_step
+from engine.vad import ScriptedScorer
 from models.base import Prompt, PromptItem, prompt_key
 from models.scripted import ScriptedExecutor
 from models.speech.slots import StageSlots
@@ -32,6 +33,12 @@ def test_begins_once_the_pause_is_long_enough() -> None:
 def test_discards_when_the_user_goes_on_and_keeps_through_the_pause() -> None:
     assert speculation_step(SPECULATE_AFTER_MS + 300, speculating=True) is None
     assert speculation_step(None, speculating=True) is Step.DISCARD
+
+
+def test_a_turn_too_long_is_not_speculated_on() -> None:
+    at = SPECULATE_AFTER_MS
+    assert speculation_step(at, speculating=False, turn_ms=MAX_SPECULATED_MS) is Step.BEGIN
+    assert speculation_step(at, speculating=False, turn_ms=MAX_SPECULATED_MS + 1) is None
 
 
 # --- the session ------------------------------------------------------------------------
@@ -223,3 +230,17 @@ async def test_speculation_never_waits_for_a_busy_recognizer() -> None:
     assert await committed == "2400 samples"
     assert transcripts.speculate(item(4800))
     await transcripts.aclose()
+
+
+async def test_a_long_turn_is_recognized_once_committed_never_speculatively() -> None:
+    # Speech, by the scripted VAD's word, for longer than a speculation may cover: the
+    # shared recognizer would have run over all of it even had the user gone on.
+    frames = (MAX_SPECULATED_MS + 1000) // 30
+    executor = Recording()
+    vad = ScriptedScorer(lambda i: 1.0 if 10 <= i < 10 + frames else 0.0)
+    async with Harness(executor, vad=vad) as h:
+        await append_chunked(h, silence(300 + (frames + 40) * 30))
+        await h.settle()
+        [committed] = h.of("input_audio_buffer.committed")
+        assert [hook for hook, _, _ in executor.calls] == ["prepare"]
+        assert executor.calls[0][1] == committed["item_id"]

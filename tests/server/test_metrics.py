@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 import httpx
@@ -16,6 +17,7 @@ from websockets.asyncio.client import connect
 
 from bench.speech import load_wav, silence
 from engine.observer import Observer
+from models.listening.fair_pool import FairPool
 from server.metrics import (
     Metrics,
     MetricsObserver,
@@ -215,3 +217,42 @@ def test_exited_workers_are_found_by_their_live_gauge_files() -> None:
         "histogram_12.db",
     ]
     assert exited_workers(files, alive=lambda pid: pid == 12) == {11, 13}
+
+
+async def test_requests_the_shared_models_drop_are_counted_by_model_and_reason() -> None:
+    metrics, _ = direct()
+    samples = parse(render(metrics).decode())
+    assert (
+        value(samples, "parley_model_requests_dropped_total", model="hearing", reason="superseded")
+        == 0
+    )
+    pool = FairPool(1, "test")
+    pool.on_drop = metrics.dropped_by("end_of_turn")
+    release = threading.Event()
+    try:
+        running = asyncio.create_task(pool.run(lambda: release.wait(10)))
+        waiting = asyncio.create_task(pool.run(lambda: True))
+        await asyncio.sleep(0)  # the first is on the thread, the second in line
+        assert pool.queued == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        release.set()
+        assert await running
+    finally:
+        pool.close()
+    samples = parse(render(metrics).decode())
+    assert (
+        value(
+            samples, "parley_model_requests_dropped_total", model="end_of_turn", reason="abandoned"
+        )
+        == 1
+    )
+
+
+def test_seconds_of_paced_audio_are_counted() -> None:
+    metrics, observer = direct()
+    observer.audio_paced("s", 1.5)
+    observer.audio_paced("t", 0.25)
+    samples = parse(render(metrics).decode())
+    assert value(samples, "parley_input_audio_paced_seconds_total") == 1.75
