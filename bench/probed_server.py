@@ -185,6 +185,8 @@ def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
         scripted_chunk_ms=args.chunk_ms,
         vad_backend=args.vad_backend,
         log_level="warning",
+        # Every load client connects from loopback, one client to the per-key limits.
+        new_sessions_per_key_per_minute=0,
     )
     app = create_app(settings, observer=ProbeObserver(probes))
     hub = app.state.hub

@@ -27,6 +27,7 @@ from starlette.datastructures import UploadFile
 from engine.protocol import ProtocolError, SessionIn, loads_json
 from server.auth import (
     MAX_BODY_BYTES,
+    Admitted,
     ApiError,
     KeyStore,
     bad_request,
@@ -126,7 +127,8 @@ class CallsEndpoint:
         hub = self.hub
         if hub.draining:
             raise ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
-        ephemeral = self.keys.authenticate(presented_key(request.headers), websocket=True)
+        key = presented_key(request.headers)
+        ephemeral = self.keys.authenticate(key, websocket=True)
         offer = await _read_offer(request)
         model = ephemeral.model if ephemeral else request.query_params.get("model")
         model = model or hub.settings.model
@@ -137,6 +139,8 @@ class CallsEndpoint:
             raise bad_request(exc) from None
         if (full := hub.at_capacity()) is not None:
             raise ApiError(503, "at_capacity", full, type="server_error")
+        # Per-key limits (429), and an ephemeral key spent (401 once used up).
+        admitted = self.keys.admit(key, ephemeral, request.client.host if request.client else None)
         call_id = "rtc_" + secrets.token_hex(12)
         call = Call(call_id, session, hub.settings)
         # Seated until the call ends, so that the drain can hang it up.
@@ -149,10 +153,11 @@ class CallsEndpoint:
                 raise ApiError(400, "invalid_sdp", str(exc), "sdp") from None
         except BaseException:
             hub.release(seat)
+            admitted.release()
             raise
         seat.session = session  # the drain's to end, once it is served
         hub.add_call(call_id, call)
-        task = asyncio.create_task(self._serve(call, seat), name=f"call:{call_id}")
+        task = asyncio.create_task(self._serve(call, seat, admitted), name=f"call:{call_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         log.info("call %s: answered (session %s)", call_id, session.session_id)
@@ -170,7 +175,7 @@ class CallsEndpoint:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
 
-    async def _serve(self, call: Call, seat: Seat) -> None:
+    async def _serve(self, call: Call, seat: Seat, admitted: Admitted) -> None:
         session_var.set(call.session.session_id)
         try:
             reason = await call.run(self.hub)
@@ -178,6 +183,7 @@ class CallsEndpoint:
         finally:
             self.hub.drop_call(call.call_id)
             self.hub.release(seat)
+            admitted.release()
             self.hub.closed(call.session.session_id, 1000)
 
     def hang_up(self, call_id: str, request: Request, *, api_key_only: bool) -> Response:

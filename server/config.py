@@ -120,6 +120,26 @@ class Settings(BaseSettings):
     ice_username: str | None = None
     ice_credential: SecretStr | None = None
 
+    # --- ephemeral keys and per-key limits (docs/deploy.md, "Security: Keys") ---
+    # Sessions (WebSockets or calls) one ephemeral key opens; one more is refused with
+    # 401 invalid_api_key, so a key handed to a browser opens its one connection and
+    # nothing else (a reconnect needs a new key). 0: any number until it expires, as
+    # OpenAI's client secrets do.
+    ephemeral_key_uses: int = Field(default=1, ge=0)
+    # The record of used keys, an SQLite file every process on this host shares
+    # (local disk only). None: in memory, this process only; `parley serve
+    # --workers` makes a fresh file for its workers. Replicas keep one each.
+    key_uses_db: Path | None = None
+    # Concurrent sessions (WebSockets and calls) one client may hold: an API key, an
+    # ephemeral key, or on an open server an address. One more gets HTTP 429
+    # rate_limit_exceeded. None: only max_sessions bounds it.
+    max_sessions_per_key: int | None = Field(default=None, ge=1)
+    # New sessions and calls per client per minute, after a burst of
+    # `new_sessions_burst` at once (a token bucket); one more gets HTTP 429. Generous
+    # for people and apps; it stops one key from churning sessions. 0: no pacing.
+    new_sessions_per_key_per_minute: int = Field(default=120, ge=0)
+    new_sessions_burst: int = Field(default=60, ge=1)
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:

@@ -1,0 +1,220 @@
+"""Who may open what, over a real server: an ephemeral key opens one session or call
+(server/key_uses.py), and per-key limits on sessions open and new sessions
+(server/key_limits.py) answer HTTP 429."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from aiortc import RTCConfiguration, RTCPeerConnection
+from fastapi import FastAPI
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosedError, InvalidStatus
+
+from bench.rtc_client import offer_sdp
+from server.key_limits import client_of
+from tests.support.events import TIMEOUT_S, read_event
+from tests.support.refusals import handshake_refusal
+from tests.support.servers import RunningServer, ServerFactory
+
+KEY = "sk-parley-test-key"
+OTHER_KEY = "sk-parley-other-key"
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def open_ws(server: RunningServer, key: str | None = None) -> Any:
+    headers = bearer(key) if key else {}
+    return connect(server.ws_url, open_timeout=TIMEOUT_S, additional_headers=headers)
+
+
+async def created(ws: ClientConnection) -> None:
+    assert (await read_event(ws.recv))["type"] == "session.created"
+
+
+async def refusal(server: RunningServer, key: str | None = None) -> tuple[int, dict[str, Any]]:
+    """A WebSocket refused before the upgrade: its status and OpenAI's error object."""
+    return await handshake_refusal(open_ws(server, key))
+
+
+async def mint(server: RunningServer) -> str:
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
+        minted = await http.post("/v1/realtime/client_secrets", json={}, headers=bearer(KEY))
+    assert minted.status_code == 200, minted.text
+    value: str = minted.json()["value"]
+    return value
+
+
+# --- one session per ephemeral key ---------------------------------------------------
+
+
+async def test_an_ephemeral_key_opens_one_websocket(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY])
+    value = await mint(server)
+    async with open_ws(server, value) as ws:
+        await created(ws)
+        status, error = await refusal(server, value)  # while the first is open
+    assert (status, error["code"]) == (401, "invalid_api_key")
+    assert "already used" in error["message"]
+    status, error = await refusal(server, value)  # and after: a reconnect needs a new key
+    assert (status, error["code"]) == (401, "invalid_api_key")
+    async with open_ws(server, await mint(server)) as ws:
+        await created(ws)
+    # PARLEY_EPHEMERAL_KEY_USES=0: a key opens sessions until it expires, as OpenAI's do.
+    unlimited = await serve(api_keys=[KEY], ephemeral_key_uses=0)
+    value = await mint(unlimited)
+    async with open_ws(unlimited, value) as first, open_ws(unlimited, value) as second:
+        for ws in (first, second):
+            await created(ws)
+
+
+async def test_concurrent_handshakes_with_one_key_open_one_session(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY])
+    value = await mint(server)
+
+    async def outcome(stack: contextlib.AsyncExitStack) -> int | str:
+        try:
+            ws = await stack.enter_async_context(open_ws(server, value))
+        except InvalidStatus as refused:
+            return refused.response.status_code
+        return str((await read_event(ws.recv))["type"])
+
+    async with contextlib.AsyncExitStack() as stack:
+        results = await asyncio.gather(*(outcome(stack) for _ in range(4)))
+    assert sorted(results, key=str) == [401] * 3 + ["session.created"]
+
+
+async def test_a_refusal_at_capacity_does_not_spend_the_key(
+    serve: ServerFactory, apps: list[FastAPI]
+) -> None:
+    server = await serve(api_keys=[KEY], max_sessions=1)
+    value = await mint(server)
+    async with open_ws(server, KEY) as holder:
+        await created(holder)
+        async with open_ws(server, value) as turned_away:
+            with pytest.raises(ConnectionClosedError) as closed:
+                await asyncio.wait_for(turned_away.recv(), TIMEOUT_S)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+    await asyncio.wait_for(apps[0].state.hub.drained.wait(), TIMEOUT_S)
+    async with open_ws(server, value) as ws:  # the key still opens its session
+        await created(ws)
+    status, _ = await refusal(server, value)  # which spent it
+    assert status == 401
+
+
+# --- calls -------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def offering() -> AsyncIterator[str]:
+    """An SDP offer from a peer that stays up until the block ends."""
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    pc.addTransceiver("audio")
+    pc.createDataChannel("oai-events")
+    try:
+        yield await offer_sdp(pc)
+    finally:
+        await pc.close()
+
+
+async def place_call(http: httpx.AsyncClient, key: str, sdp: str) -> httpx.Response:
+    headers = bearer(key) | {"Content-Type": "application/sdp"}
+    return await http.post("/v1/realtime/calls", content=sdp, headers=headers)
+
+
+def call_id(response: httpx.Response) -> str:
+    assert response.status_code == 201, response.text
+    return response.headers["location"].rsplit("/", 1)[-1]
+
+
+async def test_an_ephemeral_key_places_one_call(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY])
+    value = await mint(server)
+    async with (
+        httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http,
+        offering() as first,
+        offering() as second,
+    ):
+        made = call_id(await place_call(http, value, first))
+        again = await place_call(http, value, second)
+        assert again.status_code == 401, again.text
+        assert again.json()["error"]["code"] == "invalid_api_key"
+        assert (await http.get("/healthz")).json()["sessions"] == 1
+        # Nor does the spent key open a WebSocket beside its call.
+        status, _ = await refusal(server, value)
+        assert status == 401
+        assert (await http.delete(f"/v1/realtime/calls/{made}", headers=bearer(KEY))).is_success
+
+
+# --- per-key limits -----------------------------------------------------------------
+
+
+async def test_sessions_open_per_key_are_capped_across_websockets_and_calls(
+    serve: ServerFactory, apps: list[FastAPI]
+) -> None:
+    server = await serve(api_keys=[KEY, OTHER_KEY], max_sessions_per_key=2)
+    async with (
+        httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http,
+        offering() as offer,
+        open_ws(server, KEY) as ws,
+    ):
+        await created(ws)
+        made = call_id(await place_call(http, KEY, offer))
+        status, error = await refusal(server, KEY)
+        assert (status, error["code"]) == (429, "rate_limit_exceeded")
+        assert "Too many sessions open" in error["message"]
+        async with offering() as another:
+            refused = await place_call(http, KEY, another)
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        async with open_ws(server, OTHER_KEY) as other:  # another key is unaffected
+            await created(other)
+        assert (await http.delete(f"/v1/realtime/calls/{made}", headers=bearer(KEY))).is_success
+    # Once they have ended, their places are free again.
+    await asyncio.wait_for(apps[0].state.hub.drained.wait(), TIMEOUT_S)
+    assert (
+        apps[0].state.keys.limits.held(client_of(KEY, None, open_server=False, address=None)) == 0
+    )
+    async with open_ws(server, KEY) as first, open_ws(server, KEY) as second:
+        for ws in (first, second):
+            await created(ws)
+
+
+async def test_new_sessions_per_key_are_paced(serve: ServerFactory, apps: list[FastAPI]) -> None:
+    server = await serve(
+        api_keys=[KEY, OTHER_KEY], new_sessions_per_key_per_minute=60, new_sessions_burst=2
+    )
+    clock = [5000.0]
+    apps[0].state.keys.limits.now = lambda: clock[0]
+    for _ in range(2):
+        async with open_ws(server, KEY) as ws:
+            await created(ws)
+    status, error = await refusal(server, KEY)
+    assert (status, error["code"], error["type"]) == (429, "rate_limit_exceeded", "requests")
+    assert "a minute" in error["message"]
+    async with (
+        httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http,
+        offering() as offer,
+    ):
+        refused = await place_call(http, KEY, offer)
+    assert refused.status_code == 429
+    async with open_ws(server, OTHER_KEY) as ws:
+        await created(ws)
+    clock[0] += 1.0  # one new session a second
+    async with open_ws(server, KEY) as ws:
+        await created(ws)
+
+
+async def test_an_open_server_limits_each_address(serve: ServerFactory) -> None:
+    # Every client of this test is 127.0.0.1: one client to the limits.
+    server = await serve(max_sessions_per_key=1)
+    async with open_ws(server) as ws:
+        await created(ws)
+        assert (await refusal(server))[0] == 429
