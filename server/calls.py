@@ -2,7 +2,8 @@
 
 POST /v1/realtime/calls[?model=]   the SDP offer -> 201, the SDP answer, and
                                    `Location: /v1/realtime/calls/{call_id}`
-DELETE /v1/realtime/calls/{id}     the client hangs up (its key: API or ephemeral)
+DELETE /v1/realtime/calls/{id}     the client hangs up (an API key, or the ephemeral
+                                   key that made the call)
 POST /v1/realtime/calls/{id}/hangup  the application's server hangs up (API key)
 
 The offer comes as `application/sdp` (the browser guide, `@openai/agents-realtime`),
@@ -156,7 +157,8 @@ class CallsEndpoint:
             admitted.release()
             raise
         seat.session = session  # the drain's to end, once it is served
-        hub.add_call(call_id, call)
+        # Only the ephemeral key that made it may hang it up (API keys: any call).
+        hub.add_call(call_id, call, owner=ephemeral.key_id if ephemeral else None)
         task = asyncio.create_task(self._serve(call, seat, admitted), name=f"call:{call_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -188,7 +190,10 @@ class CallsEndpoint:
 
     def hang_up(self, call_id: str, request: Request, *, api_key_only: bool) -> Response:
         # The application's server hangs up with its API key; the client may with its
-        # own (ephemeral) key too, as it may by closing the peer connection.
-        self.keys.authenticate(presented_key(request.headers), websocket=not api_key_only)
-        self.hub.find_call(call_id).hang_up("hung up by request")
+        # own (ephemeral) key too, as it may by closing the peer connection: another
+        # ephemeral key finds no such call (404), so call ids cannot be probed.
+        key = presented_key(request.headers)
+        ephemeral = self.keys.authenticate(key, websocket=not api_key_only)
+        owner = ephemeral.key_id if ephemeral else None
+        self.hub.find_call(call_id, owner).hang_up("hung up by request")
         return Response(status_code=200)

@@ -1,6 +1,6 @@
 """Who may open what, over a real server: an ephemeral key opens one session or call
-(server/key_uses.py), and per-key limits on sessions open and new sessions
-(server/key_limits.py) answer HTTP 429."""
+(server/key_uses.py), only the key that made a call may hang it up, and per-key
+limits on sessions open and new sessions (server/key_limits.py) answer HTTP 429."""
 
 from __future__ import annotations
 
@@ -151,6 +151,38 @@ async def test_an_ephemeral_key_places_one_call(serve: ServerFactory) -> None:
         status, _ = await refusal(server, value)
         assert status == 401
         assert (await http.delete(f"/v1/realtime/calls/{made}", headers=bearer(KEY))).is_success
+
+
+async def test_only_the_key_that_made_a_call_hangs_it_up(serve: ServerFactory) -> None:
+    server = await serve(api_keys=[KEY, OTHER_KEY])
+    key_a, key_b = await mint(server), await mint(server)
+    async with (
+        httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http,
+        offering() as offer_a,
+        offering() as offer_b,
+    ):
+        made_by_a = call_id(await place_call(http, key_a, offer_a))
+        made_by_api = call_id(await place_call(http, KEY, offer_b))
+        # Key B is told what an unknown id tells: nothing about A's call.
+        for target in (made_by_a, made_by_api, "rtc_unknown"):
+            other = await http.delete(f"/v1/realtime/calls/{target}", headers=bearer(key_b))
+            assert other.status_code == 404, other.text
+            assert other.json()["error"]["code"] == "call_not_found"
+        assert (await http.get("/healthz")).json()["sessions"] == 2
+        # A's own key ends it; an API key ends any call, another key's too.
+        hung = await http.delete(f"/v1/realtime/calls/{made_by_a}", headers=bearer(key_a))
+        assert hung.status_code == 200
+        by_api = await http.delete(f"/v1/realtime/calls/{made_by_api}", headers=bearer(OTHER_KEY))
+        assert by_api.status_code == 200
+        # `/hangup` is the application server's: an ephemeral key gets 403 even for
+        # its own call.
+        key_c = await mint(server)
+        made_by_c = call_id(await place_call(http, key_c, offer_a))
+        own = await http.post(f"/v1/realtime/calls/{made_by_c}/hangup", headers=bearer(key_c))
+        assert own.status_code == 403
+        assert (
+            await http.delete(f"/v1/realtime/calls/{made_by_c}", headers=bearer(key_c))
+        ).is_success
 
 
 # --- per-key limits -----------------------------------------------------------------
