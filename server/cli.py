@@ -62,6 +62,7 @@ _FLAGS = (
     "vad_backend",
     "log_level",
     "max_sessions",
+    "max_sessions_per_key",
     "gpu_memory_utilization",
     "max_model_len",
     "backend_url",
@@ -137,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="concurrent realtime sessions; more are closed with 1013, try again later "
         "(PARLEY_MAX_SESSIONS, default unlimited)",
+    )
+    serve.add_argument(
+        "--max-sessions-per-key",
+        type=int,
+        help="concurrent sessions (WebSockets and calls) per API key, ephemeral key or, "
+        "on an open server, client address; more get HTTP 429 "
+        "(PARLEY_MAX_SESSIONS_PER_KEY, default: only --max-sessions)",
     )
     serve.add_argument(
         "--drain-timeout",

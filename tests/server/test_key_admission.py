@@ -17,6 +17,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
 from bench.rtc_client import offer_sdp
+from server import cli
+from server.config import Settings
 from server.key_limits import client_of
 from tests.support.events import TIMEOUT_S, read_event
 from tests.support.refusals import handshake_refusal
@@ -250,3 +252,28 @@ async def test_an_open_server_limits_each_address(serve: ServerFactory) -> None:
     async with open_ws(server) as ws:
         await created(ws)
         assert (await refusal(server))[0] == 429
+
+
+class _NoServer:
+    def __init__(self, config: object) -> None:
+        self.started = True
+
+    def run(self) -> None:
+        pass
+
+
+def test_the_per_key_session_limit_has_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    served: list[Settings] = []
+
+    def config(settings: Settings) -> object:
+        served.append(settings)
+        return object()
+
+    monkeypatch.setattr(cli, "uvicorn_config", config)
+    monkeypatch.setattr(cli, "DrainingServer", _NoServer)
+    monkeypatch.setattr(cli, "prepare_to_serve", lambda: None)
+    monkeypatch.delenv("PARLEY_MAX_SESSIONS_PER_KEY", raising=False)
+    assert cli.main(["serve", "--executor", "scripted", "--max-sessions-per-key", "3"]) == 0
+    assert served[-1].max_sessions_per_key == 3
+    assert cli.main(["serve", "--executor", "scripted"]) == 0
+    assert served[-1].max_sessions_per_key is None
