@@ -100,10 +100,11 @@ class Settings(BaseSettings):
     metrics: bool = True
     # Lifetime of a client secret made without `expires_after` (OpenAI's default).
     ephemeral_ttl_s: int = Field(default=600, ge=10, le=7200)
-    # Signs ephemeral keys (HMAC-SHA256), so that any process holding it accepts the
-    # keys of any other: give every replica the same one. None: `parley serve` makes
-    # one at start and shares it with its --workers (replicas then refuse each
-    # other's keys). At least 32 characters, e.g. `openssl rand -base64 32`.
+    # Seals ephemeral keys (AES-256-GCM under a key derived from it), so that any
+    # process holding it opens the keys of any other: give every replica the same
+    # one. None: `parley serve` makes one at start and shares it with its --workers
+    # (replicas then refuse each other's keys). At least 32 characters, e.g.
+    # `openssl rand -base64 32`.
     key_secret: SecretStr | None = None
     # On SIGTERM/SIGINT answers in flight get this long to finish; then every session
     # still open has its responses cancelled and is closed with 1001 (docs/deploy.md).
