@@ -40,7 +40,7 @@ from server.auth import (
 from server.calls import CallsEndpoint
 from server.config import Settings
 from server.ephemeral_keys import new_key_secret
-from server.key_limits import KeyLimits
+from server.key_limits import KeyLimits, RefusalReason
 from server.key_uses import KeyUses
 from server.logs import LogObserver, install_redaction
 from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
@@ -204,10 +204,21 @@ def create_app(
                 await model_executor.aclose()
 
     app = FastAPI(title="Parley", version="0.1.0", lifespan=lifespan)
-    # Without a configured secret this process signs with its own: its keys work
+    # Without a configured secret this process seals with its own: its keys work
     # here only (`parley serve --workers` shares one, server/cli.py).
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
-    keys = KeyStore(settings.api_keys, secret, uses=key_uses(settings), limits=key_limits(settings))
+
+    def count_refused(reason: RefusalReason) -> None:
+        if metrics is not None:
+            metrics.sessions_refused.labels(reason).inc()
+
+    keys = KeyStore(
+        settings.api_keys,
+        secret,
+        uses=key_uses(settings),
+        limits=key_limits(settings),
+        refused=count_refused,
+    )
     # The sessions of both transports, siblings over the hub (server/sessions.py).
     hub = SessionHub(
         settings,

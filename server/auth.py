@@ -42,7 +42,7 @@ from server.ephemeral_keys import (
     mint,
     verify,
 )
-from server.key_limits import KeyLimits, client_of
+from server.key_limits import KeyLimits, RefusalReason, client_of
 from server.key_uses import KeyUses
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,8 @@ class Admitted:
 class KeyStore:
     """The configured API keys, the secret that seals and opens ephemeral keys
     (server/ephemeral_keys.py), the record of their uses (`uses`; None: a key opens
-    sessions until it expires) and the per-key limits (`limits`; None: none).
+    sessions until it expires) and the per-key limits (`limits`; None: none);
+    `refused` counts what they refuse (/metrics).
 
     `now` is the clock for expiry (unix seconds); tests replace it to expire keys
     without waiting.
@@ -137,12 +138,14 @@ class KeyStore:
         *,
         uses: KeyUses | None = None,
         limits: KeyLimits | None = None,
+        refused: Callable[[RefusalReason], object] = lambda reason: None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._api_keys = [key.encode() for key in api_keys]
         self._secret = key_secret.encode()
         self.uses = uses
         self.limits = limits
+        self.refused = refused
         self.now = now
 
     @property
@@ -189,10 +192,11 @@ class KeyStore:
         refusal never spends a key. Raises ApiError 429 (a per-key limit) or 401 (the
         ephemeral key is used up)."""
         client = client_of(key, ephemeral, open_server=self.open, address=address)
-        if self.limits is not None and (refused := self.limits.open(client)) is not None:
-            log.info("session refused for %s: %s", client, refused)
+        if self.limits is not None and (refusal := self.limits.open(client)) is not None:
+            log.info("session refused for %s: %s", client, refusal.message)
+            self.refused(refusal.reason)
             # OpenAI names the kind of limit in `type` ("requests" for request rates).
-            raise ApiError(429, "rate_limit_exceeded", refused, type="requests")
+            raise ApiError(429, "rate_limit_exceeded", refusal.message, type="requests")
         admitted = Admitted(client, self.limits)
         if ephemeral is not None and self.uses is not None:
             try:
@@ -205,6 +209,7 @@ class KeyStore:
                 ) from None
             if not fresh:
                 admitted.release()
+                self.refused("key_used")
                 raise ApiError(
                     401,
                     "invalid_api_key",

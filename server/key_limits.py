@@ -15,11 +15,21 @@ import dataclasses
 import hashlib
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from server.ephemeral_keys import EphemeralKey
 
 # How often idle clients (nothing open, a full bucket) are forgotten.
 PRUNE_EVERY_S = 60.0
+
+# Why a session was refused, as /metrics counts it (server/auth.py adds `key_used`).
+RefusalReason = Literal["key_sessions_open", "key_new_sessions_rate", "key_used"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    reason: RefusalReason
+    message: str  # for the client
 
 
 def client_of(
@@ -87,15 +97,17 @@ class KeyLimits:
         self._buckets: dict[str, Bucket] = {}
         self._pruned = now()
 
-    def open(self, client: str) -> str | None:
+    def open(self, client: str) -> Refusal | None:
         """A session of `client` opens: None, and it is counted until `close`; or why
         it may not (nothing is counted)."""
         now = self.now()
         self._prune(now)
         held = self._open.get(client, 0)
         if self.max_open is not None and held >= self.max_open:
-            return (
-                f"Too many sessions open for this key or client ({self.max_open}); close one first."
+            return Refusal(
+                "key_sessions_open",
+                f"Too many sessions open for this key or client ({self.max_open}); "
+                "close one first.",
             )
         if self.per_minute:
             bucket = self._buckets.get(client)
@@ -103,9 +115,10 @@ class KeyLimits:
                 bucket = Bucket.full(self.burst, self.per_minute / 60, now)
                 self._buckets[client] = bucket
             if not bucket.take(now):
-                return (
-                    f"Too many new sessions for this key or client ({self.per_minute} a minute); "
-                    f"try again in {bucket.wait_s(now):.1f} s."
+                return Refusal(
+                    "key_new_sessions_rate",
+                    f"Too many new sessions for this key or client ({self.per_minute} a "
+                    f"minute); try again in {bucket.wait_s(now):.1f} s.",
                 )
         self._open[client] = held + 1
         return None

@@ -22,6 +22,7 @@ from server.config import Settings
 from server.key_limits import client_of
 from tests.support.events import TIMEOUT_S, read_event
 from tests.support.refusals import handshake_refusal
+from tests.support.scrape import parse, value
 from tests.support.servers import RunningServer, ServerFactory
 
 KEY = "sk-parley-test-key"
@@ -67,6 +68,7 @@ async def test_an_ephemeral_key_opens_one_websocket(serve: ServerFactory) -> Non
     assert "already used" in error["message"]
     status, error = await refusal(server, value)  # and after: a reconnect needs a new key
     assert (status, error["code"]) == (401, "invalid_api_key")
+    assert (await refusals_counted(server))["key_used"] == 2
     async with open_ws(server, await mint(server)) as ws:
         await created(ws)
     # PARLEY_EPHEMERAL_KEY_USES=0: a key opens sessions until it expires, as OpenAI's do.
@@ -112,6 +114,14 @@ async def test_a_refusal_at_capacity_does_not_spend_the_key(
 
 
 # --- calls -------------------------------------------------------------------------
+
+
+async def refusals_counted(server: RunningServer) -> dict[str, float]:
+    """`parley_sessions_refused_total` from /metrics, by reason."""
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
+        samples = parse((await http.get("/metrics", headers=bearer(KEY))).text)
+    reasons = ("key_used", "key_sessions_open", "key_new_sessions_rate")
+    return {r: value(samples, "parley_sessions_refused_total", reason=r) for r in reasons}
 
 
 @contextlib.asynccontextmanager
@@ -241,6 +251,7 @@ async def test_new_sessions_per_key_are_paced(serve: ServerFactory, apps: list[F
     assert refused.status_code == 429
     async with open_ws(server, OTHER_KEY) as ws:
         await created(ws)
+    assert (await refusals_counted(server))["key_new_sessions_rate"] == 2
     clock[0] += 1.0  # one new session a second
     async with open_ws(server, KEY) as ws:
         await created(ws)

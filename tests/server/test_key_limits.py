@@ -48,7 +48,8 @@ def test_sessions_open_per_client_are_capped() -> None:
     assert limits.open("key:a") is None
     assert limits.open("key:a") is None
     refused = limits.open("key:a")
-    assert refused is not None and "Too many sessions open" in refused
+    assert refused is not None and refused.reason == "key_sessions_open"
+    assert "Too many sessions open" in refused.message
     assert limits.held("key:a") == 2  # the refused one is not counted
     assert limits.open("key:b") is None  # another client is unaffected
     limits.close("key:a")
@@ -61,7 +62,8 @@ def test_new_sessions_per_client_are_paced() -> None:
     assert limits.open("key:a") is None
     assert limits.open("key:a") is None
     refused = limits.open("key:a")
-    assert refused is not None and "60 a minute" in refused and "1.0 s" in refused
+    assert refused is not None and refused.reason == "key_new_sessions_rate"
+    assert "60 a minute" in refused.message and "1.0 s" in refused.message
     assert limits.open("key:b") is None
     clock.t += 1.0
     assert limits.open("key:a") is None
