@@ -18,8 +18,11 @@ from websockets.exceptions import ConnectionClosedError, InvalidStatus
 
 from bench.rtc_client import offer_sdp
 from server import cli
+from server.auth import ApiError, KeyStore
 from server.config import Settings
-from server.key_limits import client_of
+from server.ephemeral_keys import EphemeralKey
+from server.key_limits import KeyLimits, client_of
+from server.key_uses import KeyUses
 from tests.support.events import TIMEOUT_S, read_event
 from tests.support.refusals import handshake_refusal
 from tests.support.scrape import parse, value
@@ -288,3 +291,46 @@ def test_the_per_key_session_limit_has_a_flag(monkeypatch: pytest.MonkeyPatch) -
     assert served[-1].max_sessions_per_key == 3
     assert cli.main(["serve", "--executor", "scripted"]) == 0
     assert served[-1].max_sessions_per_key is None
+
+
+# --- KeyStore.admit, without a server -------------------------------------------------
+
+
+def ephemeral_key(keys: KeyStore) -> EphemeralKey:
+    value, _ = keys.issue("parley", None, 60)
+    found = keys.authenticate(value, websocket=True)
+    assert found is not None
+    return found
+
+
+def test_a_per_key_refusal_does_not_spend_the_key() -> None:
+    limits = KeyLimits(max_open=1, per_minute=0, burst=1)
+    keys = KeyStore([KEY], "s" * 32, uses=KeyUses(), limits=limits)
+    holder = keys.admit(KEY, None, None)
+    first = ephemeral_key(keys)
+    client = client_of("ek_", first, open_server=False, address=None)
+    limits.open(client)  # the key's one place is taken
+    with pytest.raises(ApiError) as refused:
+        keys.admit("ek_", first, None)
+    assert refused.value.status == 429
+    limits.close(client)
+    keys.admit("ek_", first, None).release()  # not spent by the 429
+    with pytest.raises(ApiError) as used:
+        keys.admit("ek_", first, None)
+    assert used.value.status == 401
+    assert limits.held(client) == 0  # a refused admission holds no place
+    holder.release()
+    holder.release()  # once only
+    assert limits.held(client_of(KEY, None, open_server=False, address=None)) == 0
+
+
+def test_a_record_that_cannot_be_written_refuses_with_503() -> None:
+    uses = KeyUses()
+    limits = KeyLimits(max_open=None, per_minute=0, burst=1)
+    keys = KeyStore([KEY], "s" * 32, uses=uses, limits=limits)
+    found = ephemeral_key(keys)
+    uses.close()
+    with pytest.raises(ApiError) as refused:
+        keys.admit("ek_", found, None)
+    assert (refused.value.status, refused.value.type) == (503, "server_error")
+    assert limits.held(client_of("ek_", found, open_server=False, address=None)) == 0
