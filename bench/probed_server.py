@@ -186,6 +186,8 @@ def parley_config(args: argparse.Namespace, probes: Probes) -> uvicorn.Config:
         vad_backend=args.vad_backend,
         log_level="warning",
         max_sessions=0,  # no limit: the benchmark searches for the capacity
+        # Every load client connects from loopback, one client to the per-key limits.
+        new_sessions_per_key_per_minute=0,
     )
     app = create_app(settings, observer=ProbeObserver(probes))
     hub = app.state.hub

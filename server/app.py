@@ -42,6 +42,8 @@ from server.calls import CallsEndpoint
 from server.config import Settings
 from server.ephemeral_keys import new_key_secret
 from server.exposure import refuse_unsafe_exposure
+from server.key_limits import KeyLimits, RefusalReason
+from server.key_uses import KeyUses
 from server.logs import LogObserver, install_redaction
 from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
 from server.observers import compose
@@ -133,6 +135,20 @@ def make_vad_backend(settings: Settings) -> VadBackend:
     return WebRtcVadBackend()
 
 
+def key_uses(settings: Settings) -> KeyUses | None:
+    """The record of used ephemeral keys (None: they are not used up)."""
+    uses = settings.ephemeral_key_uses
+    return KeyUses(settings.key_uses_db, uses_per_key=uses) if uses else None
+
+
+def key_limits(settings: Settings) -> KeyLimits:
+    return KeyLimits(
+        settings.max_sessions_per_key,
+        settings.new_sessions_per_key_per_minute,
+        settings.new_sessions_burst,
+    )
+
+
 def create_app(
     settings: Settings | None = None,
     executor: Executor | None = None,
@@ -217,10 +233,21 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "OpenAI-Beta"],
             expose_headers=["Location"],
         )
-    # Without a configured secret this process signs with its own: its keys work
+    # Without a configured secret this process seals with its own: its keys work
     # here only (`parley serve --workers` shares one, server/cli.py).
     secret = settings.key_secret.get_secret_value() if settings.key_secret else new_key_secret()
-    keys = KeyStore(settings.api_keys, secret)
+
+    def count_refused(reason: RefusalReason) -> None:
+        if metrics is not None:
+            metrics.sessions_refused.labels(reason).inc()
+
+    keys = KeyStore(
+        settings.api_keys,
+        secret,
+        uses=key_uses(settings),
+        limits=key_limits(settings),
+        refused=count_refused,
+    )
     # The sessions of both transports, siblings over the hub (server/sessions.py).
     hub = SessionHub(
         settings,

@@ -2,17 +2,21 @@
 
 Real keys come from the settings (PARLEY_API_KEYS). Ephemeral keys (`ek_…`) are made
 by `POST /v1/realtime/client_secrets` for a browser that must not hold a real key:
-each opens WebSockets until it expires, with the session configuration fixed when it
-was made, on any process that shares the key secret (server/ephemeral_keys.py). With
-no real keys configured the server is open, which is meant for a loopback address
-only (server/exposure.py refuses it elsewhere).
+each opens one session (PARLEY_EPHEMERAL_KEY_USES, server/key_uses.py) before it
+expires, with the session configuration fixed when it was made, on any process that
+shares the key secret (server/ephemeral_keys.py). `KeyStore.admit` lets a session
+open under the per-key limits (server/key_limits.py). With no real keys configured
+the server is open, which is meant for a loopback address only (server/exposure.py
+refuses it elsewhere).
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +43,10 @@ from server.ephemeral_keys import (
     mint,
     verify,
 )
+from server.key_limits import KeyLimits, RefusalReason, client_of
+from server.key_uses import KeyUses
+
+log = logging.getLogger(__name__)
 
 # Browsers cannot set headers, so they offer the key as a subprotocol.
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
@@ -81,10 +89,25 @@ def presented_key(headers: Mapping[str, str], subprotocols: Sequence[str] = ()) 
     return None
 
 
+@dataclass
+class Admitted:
+    """A session let in by `KeyStore.admit`: `release` it when the session ends."""
+
+    client: str  # who it counts against (server/key_limits.py), never a key
+    limits: KeyLimits | None
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released and self.limits is not None:
+            self.limits.close(self.client)
+        self.released = True
+
+
 class KeyStore:
-    """The configured API keys, and the secret that signs and checks ephemeral keys
-    (server/ephemeral_keys.py). It holds no ephemeral key: any process with the same
-    secret accepts the keys of any other.
+    """The configured API keys, the secret that seals and opens ephemeral keys
+    (server/ephemeral_keys.py), the record of their uses (`uses`; None: a key opens
+    sessions until it expires) and the per-key limits (`limits`; None: none);
+    `refused` counts what they refuse (/metrics).
 
     `now` is the clock for expiry (unix seconds); tests replace it to expire keys
     without waiting.
@@ -95,10 +118,16 @@ class KeyStore:
         api_keys: Sequence[str],
         key_secret: str,
         *,
+        uses: KeyUses | None = None,
+        limits: KeyLimits | None = None,
+        refused: Callable[[RefusalReason], object] = lambda reason: None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._api_keys = [key.encode() for key in api_keys]
         self._secret = key_secret.encode()
+        self.uses = uses
+        self.limits = limits
+        self.refused = refused
         self.now = now
 
     @property
@@ -108,7 +137,7 @@ class KeyStore:
     def authenticate(self, key: str | None, *, websocket: bool) -> EphemeralKey | None:
         """Check a presented key: returns what the ephemeral key grants (None for a
         real key, or none on an open server), or raises ApiError. Ephemeral keys are
-        good for the realtime WebSocket only, as often as wanted until they expire."""
+        good for the realtime WebSocket and calls only; `admit` spends them."""
         if self.open and not websocket:
             return None
         if key is not None and key.startswith(EPHEMERAL_PREFIX):
@@ -136,6 +165,41 @@ class KeyStore:
             raise ApiError(401, "invalid_api_key", "Incorrect API key provided.")
         return None
 
+    def admit(
+        self, key: str | None, ephemeral: EphemeralKey | None, address: str | None
+    ) -> Admitted:
+        """A session opens with `key` (`ephemeral`: what `authenticate` found): it
+        counts against its client's limits, and spends one use of an ephemeral key.
+        Called once nothing else can refuse the session (capacity, drain), so a
+        refusal never spends a key. Raises ApiError 429 (a per-key limit) or 401 (the
+        ephemeral key is used up)."""
+        client = client_of(key, ephemeral, open_server=self.open, address=address)
+        if self.limits is not None and (refusal := self.limits.open(client)) is not None:
+            log.info("session refused for %s: %s", client, refusal.message)
+            self.refused(refusal.reason)
+            # OpenAI names the kind of limit in `type` ("requests" for request rates).
+            raise ApiError(429, "rate_limit_exceeded", refusal.message, type="requests")
+        admitted = Admitted(client, self.limits)
+        if ephemeral is not None and self.uses is not None:
+            try:
+                fresh = self.uses.claim(ephemeral.key_id, ephemeral.expires_at, self.now())
+            except sqlite3.Error:
+                admitted.release()
+                log.exception("the record of used ephemeral keys cannot be written")
+                raise ApiError(
+                    503, "server_error", "Try again in a moment.", type="server_error"
+                ) from None
+            if not fresh:
+                admitted.release()
+                self.refused("key_used")
+                raise ApiError(
+                    401,
+                    "invalid_api_key",
+                    "The ephemeral key was already used: each opens "
+                    f"{self.uses.uses_per_key} session(s). Mint a new one to reconnect.",
+                )
+        return admitted
+
     def issue(self, model: str, preset: SessionIn | None, ttl_s: int) -> tuple[str, int]:
         """A new ephemeral key and its expiry (unix seconds); raises ApiError 400 for
         a preset that cannot be carried by a key."""
@@ -143,7 +207,7 @@ class KeyStore:
         try:
             value = mint(
                 self._secret,
-                key_id=secrets.token_hex(8),
+                key_id=secrets.token_hex(12),  # 96 bits: ids never collide
                 expires_at=expires_at,
                 model=model,
                 preset=preset,
@@ -227,7 +291,8 @@ def create_client_secret(
     `ClientSecretCreateResponse`. The session is checked the way `session.update`
     is, so a bad one fails here (400) rather than at connect time; the body is
     encoded here too, so that one which cannot be written out is a 400 as well,
-    never a 500. Nothing is kept either way: the key is the only record."""
+    never a 500. Nothing is kept either way: the key is the only record (its uses
+    are recorded when it opens a session)."""
     preset = request.session
     # The key fixes the model too: the session it opens uses this one whatever the
     # client puts in `?model=`, so the preset always applies cleanly.

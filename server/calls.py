@@ -2,7 +2,8 @@
 
 POST /v1/realtime/calls[?model=]   the SDP offer -> 201, the SDP answer, and
                                    `Location: /v1/realtime/calls/{call_id}`
-DELETE /v1/realtime/calls/{id}     the client hangs up (its key: API or ephemeral)
+DELETE /v1/realtime/calls/{id}     the client hangs up (an API key, or the ephemeral
+                                   key that made the call)
 POST /v1/realtime/calls/{id}/hangup  the application's server hangs up (API key)
 
 The offer comes as `application/sdp` (the browser guide, `@openai/agents-realtime`),
@@ -28,6 +29,7 @@ from fastapi.responses import Response
 from engine.protocol import ProtocolError, SessionIn, loads_json
 from server.auth import (
     MAX_BODY_BYTES,
+    Admitted,
     ApiError,
     KeyStore,
     bad_request,
@@ -111,7 +113,8 @@ class CallsEndpoint:
         check_origin(request.headers, hub.settings.allowed_origins, open_server=self.keys.open)
         if hub.draining:
             raise ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
-        ephemeral = self.keys.authenticate(presented_key(request.headers), websocket=True)
+        key = presented_key(request.headers)
+        ephemeral = self.keys.authenticate(key, websocket=True)
         offer = await _read_offer(request)
         model = ephemeral.model if ephemeral else request.query_params.get("model")
         model = model or hub.settings.model
@@ -122,6 +125,8 @@ class CallsEndpoint:
             raise bad_request(exc) from None
         if (full := hub.at_capacity()) is not None:
             raise ApiError(503, "at_capacity", full, type="server_error")
+        # Per-key limits (429), and an ephemeral key spent (401 once used up).
+        admitted = self.keys.admit(key, ephemeral, request.client.host if request.client else None)
         call_id = "rtc_" + secrets.token_hex(12)
         call = Call(call_id, session, hub.settings)
         # Seated until the call ends, so that the drain can hang it up.
@@ -134,10 +139,12 @@ class CallsEndpoint:
                 raise ApiError(400, "invalid_sdp", str(exc), "sdp") from None
         except BaseException:
             hub.release(seat)
+            admitted.release()
             raise
         seat.session = session  # the drain's to end, once it is served
-        hub.add_call(call_id, call)
-        task = asyncio.create_task(self._serve(call, seat), name=f"call:{call_id}")
+        # Only the ephemeral key that made it may hang it up (API keys: any call).
+        hub.add_call(call_id, call, owner=ephemeral.key_id if ephemeral else None)
+        task = asyncio.create_task(self._serve(call, seat, admitted), name=f"call:{call_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         log.info("call %s: answered (session %s)", call_id, session.session_id)
@@ -155,7 +162,7 @@ class CallsEndpoint:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
 
-    async def _serve(self, call: Call, seat: Seat) -> None:
+    async def _serve(self, call: Call, seat: Seat, admitted: Admitted) -> None:
         session_var.set(call.session.session_id)
         try:
             reason = await call.run(self.hub)
@@ -163,11 +170,15 @@ class CallsEndpoint:
         finally:
             self.hub.drop_call(call.call_id)
             self.hub.release(seat)
+            admitted.release()
             self.hub.closed(call.session.session_id, 1000)
 
     def hang_up(self, call_id: str, request: Request, *, api_key_only: bool) -> Response:
         # The application's server hangs up with its API key; the client may with its
-        # own (ephemeral) key too, as it may by closing the peer connection.
-        self.keys.authenticate(presented_key(request.headers), websocket=not api_key_only)
-        self.hub.find_call(call_id).hang_up("hung up by request")
+        # own (ephemeral) key too, as it may by closing the peer connection: another
+        # ephemeral key finds no such call (404), so call ids cannot be probed.
+        key = presented_key(request.headers)
+        ephemeral = self.keys.authenticate(key, websocket=not api_key_only)
+        owner = ephemeral.key_id if ephemeral else None
+        self.hub.find_call(call_id, owner).hang_up("hung up by request")
         return Response(status_code=200)

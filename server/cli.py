@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, get_args
 
 import uvicorn
@@ -62,6 +63,7 @@ _FLAGS = (
     "vad_backend",
     "log_level",
     "max_sessions",
+    "max_sessions_per_key",
     "gpu_memory_utilization",
     "max_model_len",
     "backend_url",
@@ -141,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         "0 for no limit)",
     )
     serve.add_argument(
+        "--max-sessions-per-key",
+        type=int,
+        help="concurrent sessions (WebSockets and calls) per API key, ephemeral key or, "
+        "on an open server, client address; more get HTTP 429 "
+        "(PARLEY_MAX_SESSIONS_PER_KEY, default: only --max-sessions)",
+    )
+    serve.add_argument(
         "--drain-timeout",
         dest="drain_timeout_s",
         type=float,
@@ -162,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         help="server processes sharing the port (default 1). Sessions are independent, so "
         "any worker takes any connection; each loads its own models and counts "
         "--max-sessions on its own. The workers share one PARLEY_KEY_SECRET (made at "
-        "start when unset), so ephemeral keys work on all of them",
+        "start when unset) and one record of used keys, so ephemeral keys work on all of "
+        "them, once",
     )
     commands.add_parser("models", help="list the bundled models: sizes, licences, sources")
     args = parser.parse_args(argv)
@@ -232,7 +242,8 @@ def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> in
     """`--workers N`: uvicorn's supervisor runs N processes on one socket. Each builds
     its app from PARLEY_* variables (`worker_app`), so the flags are put there, and
     one key secret when none is set: a key minted by one worker opens a session on
-    any other (server/ephemeral_keys.py).
+    any other (server/ephemeral_keys.py), and one record of used keys, so that it
+    opens one session on all of them together (server/key_uses.py).
 
     The workers' metrics meet in a fresh directory (server/metrics.py), named to them
     before they start (prometheus_client reads it at import) and removed at exit, so
@@ -246,6 +257,7 @@ def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> in
         os.environ["PARLEY_KEY_SECRET"] = new_key_secret()
     metrics_dir = tempfile.mkdtemp(prefix="parley-metrics-")
     os.environ[MULTIPROC_ENV] = metrics_dir
+    keys_dir = None if settings.key_uses_db else shared_key_uses()
     try:
         options = uvicorn_options(settings)
         run_workers(
@@ -253,7 +265,23 @@ def serve_workers(settings: Settings, flags: dict[str, Any], workers: int) -> in
         )
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        if keys_dir is not None:
+            shutil.rmtree(keys_dir, ignore_errors=True)
+            os.environ.pop("PARLEY_KEY_USES_DB", None)
     return 0
+
+
+def shared_key_uses() -> str:
+    """A fresh record of used ephemeral keys for the workers (server/key_uses.py), so
+    that a key used on one is used on all; made before they start, so that they
+    only open it. Returns its directory, to remove at exit."""
+    from server.key_uses import KeyUses
+
+    directory = tempfile.mkdtemp(prefix="parley-keys-")
+    path = os.path.join(directory, "key-uses.sqlite3")
+    KeyUses(Path(path)).close()
+    os.environ["PARLEY_KEY_USES_DB"] = path
+    return directory
 
 
 def worker_app() -> Any:

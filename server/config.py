@@ -106,10 +106,11 @@ class Settings(BaseSettings):
     metrics: bool = True
     # Lifetime of a client secret made without `expires_after` (OpenAI's default).
     ephemeral_ttl_s: int = Field(default=600, ge=10, le=7200)
-    # Signs ephemeral keys (HMAC-SHA256), so that any process holding it accepts the
-    # keys of any other: give every replica the same one. None: `parley serve` makes
-    # one at start and shares it with its --workers (replicas then refuse each
-    # other's keys). At least 32 characters, e.g. `openssl rand -base64 32`.
+    # Seals ephemeral keys (AES-256-GCM under a key derived from it), so that any
+    # process holding it opens the keys of any other: give every replica the same
+    # one. None: `parley serve` makes one at start and shares it with its --workers
+    # (replicas then refuse each other's keys). At least 32 characters, e.g.
+    # `openssl rand -base64 32`.
     key_secret: SecretStr | None = None
     # On SIGTERM/SIGINT answers in flight get this long to finish; then every session
     # still open has its responses cancelled and is closed with 1001 (docs/deploy.md).
@@ -193,6 +194,26 @@ class Settings(BaseSettings):
     # real time never waits. Default 10x after 60 s; 0 turns pacing off.
     ingest_speed: float = Field(default=10.0, ge=0)
     ingest_burst_s: float = Field(default=60.0, ge=0)
+
+    # --- ephemeral keys and per-key limits (docs/deploy.md, "Security: Keys") ---
+    # Sessions (WebSockets or calls) one ephemeral key opens; one more is refused with
+    # 401 invalid_api_key, so a key handed to a browser opens its one connection and
+    # nothing else (a reconnect needs a new key). 0: any number until it expires, as
+    # OpenAI's client secrets do.
+    ephemeral_key_uses: int = Field(default=1, ge=0)
+    # The record of used keys, an SQLite file every process on this host shares
+    # (local disk only). None: in memory, this process only; `parley serve
+    # --workers` makes a fresh file for its workers. Replicas keep one each.
+    key_uses_db: Path | None = None
+    # Concurrent sessions (WebSockets and calls) one client may hold: an API key, an
+    # ephemeral key, or on an open server an address. One more gets HTTP 429
+    # rate_limit_exceeded. None: only max_sessions bounds it.
+    max_sessions_per_key: int | None = Field(default=None, ge=1)
+    # New sessions and calls per client per minute, after a burst of
+    # `new_sessions_burst` at once (a token bucket); one more gets HTTP 429. Generous
+    # for people and apps; it stops one key from churning sessions. 0: no pacing.
+    new_sessions_per_key_per_minute: int = Field(default=120, ge=0)
+    new_sessions_burst: int = Field(default=60, ge=1)
 
     @field_validator("log_level", mode="before")
     @classmethod

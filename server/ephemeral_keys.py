@@ -1,16 +1,15 @@
 """Ephemeral keys (`ek_…`) that any worker and any replica can check on its own.
 
-A key is signed, not stored: `ek_` + base64url(zlib(JSON payload)) + `.` +
-base64url(HMAC-SHA256(secret, everything before the dot)). The payload carries
-what the session it opens needs: its expiry, model, preset session and an id. So
-every process given the same secret (`PARLEY_KEY_SECRET`) accepts the keys of
-every other, and none keeps anything per key.
+A key is sealed, not stored: `ek_` + base64url(nonce + AEAD ciphertext). The
+plaintext, a compressed JSON payload, carries what the session it opens needs: its
+expiry, model, preset session and an id. It is encrypted and authenticated with
+AES-256-GCM under a key derived from the key secret (`PARLEY_KEY_SECRET`, HKDF), so
+the browser that holds the key reads nothing of the preset (instructions, MCP
+tokens and headers) and cannot change a byte of it; every process given the same
+secret opens the keys of every other.
 
-A key opens any number of sessions until it expires, as OpenAI documents for its
-client secrets ("A secret can be used to create multiple sessions until it
-expires"): one use only would need state shared by every process, and a cache
-per process would be honest for one process only. Keep `expires_after` short
-for keys handed to browsers.
+How often a key opens a session is not the key's to say: server/key_uses.py
+records the ids of keys used (once each by default, PARLEY_EPHEMERAL_KEY_USES).
 
 Pure functions over an explicit secret and clock, tested directly
 (tests/server/test_ephemeral_keys.py); server/auth.py wires them to settings.
@@ -20,14 +19,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
+import functools
 import json
 import secrets
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import ValidationError
 
 from engine.protocol import SessionIn
@@ -38,7 +40,12 @@ EPHEMERAL_PREFIX = "ek_"
 # and server) and by nginx's default buffers; this leaves room for the header's
 # name and the other subprotocols offered beside it.
 MAX_KEY_CHARS = 6 * 1024
-_VERSION = 1
+# 1: signed, readable (zlib + HMAC); 2: encrypted. A key of another version is
+# refused like any invalid key, and its client mints a new one.
+_VERSION = 2
+# What the cipher key is derived for: another use of the same secret derives another.
+_HKDF_INFO = b"parley ephemeral key v2: AES-256-GCM"
+_NONCE_BYTES = 12  # random per key: 96 bits, as GCM wants
 # A payload inflates to at most this: bounded work for any key, even one signed by
 # a leaked secret.
 _MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -86,7 +93,7 @@ def encode_preset(preset: SessionIn) -> dict[str, Any]:
 def mint(
     secret: bytes, *, key_id: str, expires_at: int, model: str, preset: SessionIn | None
 ) -> str:
-    """A signed key. Raises PresetNotEncodable or KeyTooLarge."""
+    """A sealed key. Raises PresetNotEncodable or KeyTooLarge."""
     payload = {
         "v": _VERSION,
         "id": key_id,
@@ -95,27 +102,25 @@ def mint(
         "session": encode_preset(preset) if preset is not None else None,
     }
     raw = json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
-    signed = EPHEMERAL_PREFIX + _b64encode(zlib.compress(raw, 9))
-    value = f"{signed}.{_signature(secret, signed)}"
+    # Compressed, then encrypted: the key's length tells a little about the preset's
+    # content, which matters only when attacker-chosen text sits beside a secret in
+    # what is compressed. Here all of it comes from the API-key holder who mints the
+    # key; the browser holding it chooses nothing in it.
+    nonce = secrets.token_bytes(_NONCE_BYTES)
+    sealed = _cipher(secret).encrypt(nonce, zlib.compress(raw, 9), None)
+    value = EPHEMERAL_PREFIX + _b64encode(nonce + sealed)
     if len(value) > MAX_KEY_CHARS:
         raise KeyTooLarge(len(value))
     return value
 
 
 def verify(secret: bytes, value: str, now: float) -> EphemeralKey | None:
-    """What `value` grants, or None when it is malformed, signed with another
-    secret, tampered with or expired. Only a correctly signed payload is inflated
-    and parsed."""
+    """What `value` grants, or None when it is malformed, sealed with another
+    secret, tampered with or expired. Only a payload that decrypts (so was sealed
+    with this secret, unchanged) is inflated and parsed."""
     if len(value) > MAX_KEY_CHARS or not value.startswith(EPHEMERAL_PREFIX):
         return None
-    signed, dot, signature = value.rpartition(".")
-    if not dot:
-        return None
-    expected = _signature(secret, signed)
-    # Constant time, so the timing tells a forger nothing about a signature's prefix.
-    if not hmac.compare_digest(signature.encode(), expected.encode()):
-        return None
-    payload = _payload(signed[len(EPHEMERAL_PREFIX) :])
+    payload = _payload(secret, value[len(EPHEMERAL_PREFIX) :])
     if payload is None:
         return None
     try:
@@ -125,7 +130,7 @@ def verify(secret: bytes, value: str, now: float) -> EphemeralKey | None:
             return None
         preset = SessionIn.model_validate(session) if session is not None else None
     except (KeyError, TypeError, ValidationError):
-        # Signed by a build that writes keys differently (during a rolling deploy):
+        # Sealed by a build that writes keys differently (during a rolling deploy):
         # refused like any bad key, and the client mints a new one.
         return None
     if now >= expires_at:
@@ -133,23 +138,30 @@ def verify(secret: bytes, value: str, now: float) -> EphemeralKey | None:
     return EphemeralKey(str(key_id), expires_at, model, preset)
 
 
-def _payload(encoded: str) -> dict[str, Any] | None:
+def _payload(secret: bytes, encoded: str) -> dict[str, Any] | None:
     try:
-        compressed = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        sealed = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        nonce, ciphertext = sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:]
+        # GCM checks the tag in constant time: a forger learns nothing from timing.
+        compressed = _cipher(secret).decrypt(nonce, ciphertext, None)
         inflater = zlib.decompressobj()
         raw = inflater.decompress(compressed, _MAX_PAYLOAD_BYTES)
         if inflater.unconsumed_tail or not inflater.eof:
             return None
         payload = json.loads(raw)
-    except (binascii.Error, zlib.error, ValueError, RecursionError):
+    except (binascii.Error, InvalidTag, zlib.error, ValueError, RecursionError):
         return None
     if not isinstance(payload, dict) or payload.get("v") != _VERSION:
         return None
     return payload
 
 
-def _signature(secret: bytes, signed: str) -> str:
-    return _b64encode(hmac.new(secret, signed.encode(), hashlib.sha256).digest())
+@functools.lru_cache(maxsize=4)
+def _cipher(secret: bytes) -> AESGCM:
+    """AES-256-GCM under a key derived from the secret (a process has one secret;
+    tests a few)."""
+    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO)
+    return AESGCM(hkdf.derive(secret))
 
 
 def _b64encode(data: bytes) -> str:

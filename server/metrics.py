@@ -21,7 +21,7 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Iterable
-from typing import ParamSpec
+from typing import ParamSpec, get_args
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -35,6 +35,7 @@ from prometheus_client import (
 
 from engine.observer import Observer, ResponseStatus
 from models.listening.fair_pool import ABANDONED, SUPERSEDED
+from server.key_limits import RefusalReason
 from server.turn_timing import STAGES, Clock, Observation, TurnTimer
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,12 @@ class Metrics:
             "Realtime connections ended, by WebSocket close code (the server's, or the "
             "client's when it closed first; unusual codes are 'other').",
             ["code"], registry=r,
+        )  # fmt: skip
+        self.sessions_refused = Counter(
+            "parley_sessions_refused",
+            "Sessions and calls refused by key before they opened: key_used (an ephemeral "
+            "key already used), key_sessions_open, key_new_sessions_rate (per-key limits).",
+            ["reason"], registry=r,
         )  # fmt: skip
         self.client_events = Counter(
             "parley_client_events", "Client events parsed, by type.", ["type"], registry=r
@@ -131,6 +138,8 @@ class Metrics:
             self.turn_latency.labels(stage)
         for status in RESPONSE_STATUSES:
             self.responses.labels(status)
+        for reason in get_args(RefusalReason):
+            self.sessions_refused.labels(reason)
 
     def dropped_by(self, model: str) -> Callable[[str], None]:
         """A shared model's `on_drop` (models/listening/fair_pool.py): counts its

@@ -112,8 +112,9 @@ class RealtimeEndpoint:
             await self._sideband(ws, call_id)
             return
         offered = ws.scope.get("subprotocols") or []
+        key = presented_key(ws.headers, offered)
         try:
-            ephemeral = self.keys.authenticate(presented_key(ws.headers, offered), websocket=True)
+            ephemeral = self.keys.authenticate(key, websocket=True)
         except ApiError as refusal:
             await _deny(ws, refusal)
             return
@@ -126,10 +127,14 @@ class RealtimeEndpoint:
             await self._close(ws, Ending(CLOSE_TRY_AGAIN, full))
             hub.closed(None, CLOSE_TRY_AGAIN)
             return
+        try:  # per-key limits (429), and an ephemeral key spent (401 once used up)
+            admitted = self.keys.admit(key, ephemeral, ws.client.host if ws.client else None)
+        except ApiError as refusal:
+            await _deny(ws, refusal)
+            return
         # From the check to here nothing awaits, so concurrent handshakes cannot both
-        # take the last seat. (An ephemeral key is not used up: it opens sessions until
-        # it expires, server/ephemeral_keys.py.) Seated until its connection is
-        # closed, so that the drain can abort it.
+        # take the last seat. Seated until its connection is closed, so that the drain
+        # can abort it.
         seat = hub.admit(functools.partial(abort_connection, ws))
         try:
             await ws.accept(subprotocol=subprotocol)
@@ -143,6 +148,7 @@ class RealtimeEndpoint:
             await self._close(ws, ending)
         finally:
             hub.release(seat)
+            admitted.release()
         # An aborted connection ends without a close frame: 1006 as the client sees it.
         hub.closed(session.session_id, CLOSE_ABNORMAL if ending.abort else ending.code)
 

@@ -135,6 +135,9 @@ class SessionHub:
     drained: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
     _seats: set[Seat] = dataclasses.field(default_factory=set, init=False)
     _calls: dict[str, HeldCall] = dataclasses.field(default_factory=dict, init=False)
+    # The ephemeral key (its id) that made each call; absent: an API key or an open
+    # server made it.
+    _call_owners: dict[str, str] = dataclasses.field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.drained.set()
@@ -234,16 +237,24 @@ class SessionHub:
 
     # --- calls ----------------------------------------------------------------------
 
-    def add_call(self, call_id: str, call: HeldCall) -> None:
+    def add_call(self, call_id: str, call: HeldCall, owner: str | None = None) -> None:
+        """`owner`: the id of the ephemeral key that made the call, if one did."""
         self._calls[call_id] = call
+        if owner is not None:
+            self._call_owners[call_id] = owner
 
     def drop_call(self, call_id: str) -> None:
         self._calls.pop(call_id, None)
+        self._call_owners.pop(call_id, None)
 
-    def find_call(self, call_id: str) -> HeldCall:
-        """The call in progress by that id (HTTP 404 when there is none)."""
+    def find_call(self, call_id: str, ephemeral_key_id: str | None = None) -> HeldCall:
+        """The call in progress by that id (HTTP 404 when there is none). Asked with
+        an ephemeral key (its id), only a call that key made is found: another key
+        gets the same 404 as for an unknown id."""
         call = self._calls.get(call_id)
-        if call is None:
+        if call is None or (
+            ephemeral_key_id is not None and self._call_owners.get(call_id) != ephemeral_key_id
+        ):
             raise ApiError(404, "call_not_found", f"No call '{call_id}' is in progress.")
         return call
 

@@ -3,7 +3,8 @@
 `serve(**overrides)` starts one on 127.0.0.1 with a free port, running
 `create_app(Settings(...))` under the same uvicorn configuration `parley serve` uses
 (server.cli.uvicorn_config), and returns it; every server started is shut down
-cleanly when the test ends. `server` is one with the test defaults.
+cleanly when the test ends. `server` is one with the test defaults; `apps` lists
+the apps served from then on, to reach their state (clocks, hub, limits).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 
+import server.app as server_app
+from server.app import create_app
 from server.cli import uvicorn_config
 from server.config import Settings
 from tests.support.servers import (
@@ -59,3 +63,16 @@ async def serve() -> AsyncIterator[ServerFactory]:
 @pytest.fixture
 async def server(serve: ServerFactory) -> RunningServer:
     return await serve()
+
+
+@pytest.fixture
+def apps(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
+    """The apps `serve` builds from now on, to reach their state (clock, sessions)."""
+    made: list[FastAPI] = []
+
+    def create(settings: Settings) -> FastAPI:
+        made.append(create_app(settings))
+        return made[-1]
+
+    monkeypatch.setattr(server_app, "create_app", create)  # what server/cli.py imports
+    return made

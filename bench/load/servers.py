@@ -47,7 +47,12 @@ def targets(vad: str) -> dict[str, Target]:
     `parley serve` itself."""
     py = [sys.executable, "-m", "bench.probed_server"]
     serve = [str(Path(sys.executable).with_name("parley")), "serve", "--port", "{port}"]
-    scripted = {"PARLEY_SCRIPTED_CHUNK_DELAY_S": "0", "PARLEY_EXECUTOR": "scripted"}
+    scripted = {
+        "PARLEY_SCRIPTED_CHUNK_DELAY_S": "0",
+        "PARLEY_EXECUTOR": "scripted",
+        # Every load client connects from loopback, one client to the per-key limits.
+        "PARLEY_NEW_SESSIONS_PER_KEY_PER_MINUTE": "0",
+    }
     out = {
         "parley": Target(
             "parley", [*py, "parley", "--port", "{port}", "--vad-backend", vad], False, vad

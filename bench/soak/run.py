@@ -27,8 +27,12 @@ from bench.soak.verdict import TOLERANCE_MB_PER_MIN, RssSample
 
 ROOT = Path(__file__).resolve().parents[2]
 # Answers at the pace of real speech (100 ms of audio per 100 ms), so a user who
-# talks over one barges in while it plays.
-SCRIPTED_ENV = {"PARLEY_SCRIPTED_CHUNK_DELAY_S": "0.1"}
+# talks over one barges in while it plays. Every simulated user connects from
+# loopback, one client to the per-key limits: unpaced.
+SCRIPTED_ENV = {
+    "PARLEY_SCRIPTED_CHUNK_DELAY_S": "0.1",
+    "PARLEY_NEW_SESSIONS_PER_KEY_PER_MINUTE": "0",
+}
 
 
 @dataclass

@@ -21,9 +21,8 @@ from openai import AsyncOpenAI
 from openai.types.realtime import ClientSecretCreateResponse
 from starlette.websockets import WebSocketState
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosedError, InvalidStatus
+from websockets.exceptions import ConnectionClosedError
 
-import server.app
 from engine.protocol import SessionIn
 from server.app import create_app
 from server.auth import (
@@ -37,6 +36,7 @@ from server.auth import (
 from server.config import Settings
 from server.ephemeral_keys import MAX_KEY_CHARS
 from tests.support.events import TIMEOUT_S, read_event
+from tests.support.refusals import handshake_refusal
 from tests.support.sdk_check import _no_extras
 from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory
 
@@ -71,34 +71,12 @@ async def session_created(ws: ClientConnection) -> dict[str, Any]:
 
 async def refusal(server: RunningServer, **options: Any) -> tuple[int, dict[str, Any]]:
     """Open a WebSocket that must be refused: the HTTP status and the error object."""
-    with pytest.raises(InvalidStatus) as info:
-        async with open_ws(server, **options):
-            pass
-    response = info.value.response
-    body = json.loads(response.body or b"")
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"type", "code", "message", "param"}
-    if response.status_code == 401:
-        assert response.headers["WWW-Authenticate"] == "Bearer"
-    return response.status_code, body["error"]
+    return await handshake_refusal(open_ws(server, **options))
 
 
 async def mint(server: RunningServer, body: dict[str, Any], key: str = KEY) -> httpx.Response:
     async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
         return await http.post("/v1/realtime/client_secrets", json=body, headers=bearer(key))
-
-
-@pytest.fixture
-def apps(monkeypatch: pytest.MonkeyPatch) -> list[FastAPI]:
-    """The apps `serve` builds from now on, to reach their state (clock, sessions)."""
-    made: list[FastAPI] = []
-
-    def create(settings: Settings) -> FastAPI:
-        made.append(create_app(settings))
-        return made[-1]
-
-    monkeypatch.setattr(server.app, "create_app", create)  # what server/cli.py imports
-    return made
 
 
 # --- real keys ----------------------------------------------------------------------
@@ -156,7 +134,7 @@ async def test_http_endpoints_need_a_key_but_healthz_does_not(serve: ServerFacto
 # --- ephemeral keys -----------------------------------------------------------------
 
 
-async def test_ephemeral_key_opens_sessions_with_its_preset_until_it_expires(
+async def test_ephemeral_key_opens_a_session_with_its_preset(
     serve: ServerFactory,
 ) -> None:
     server = await serve(api_keys=[KEY])
@@ -177,18 +155,16 @@ async def test_ephemeral_key_opens_sessions_with_its_preset_until_it_expires(
     assert raw["value"].startswith("ek_")
     assert raw["session"]["instructions"] == "Answer in French."
 
-    # Not used up: as OpenAI documents, a secret creates sessions until it expires,
-    # also several at once (server/ephemeral_keys.py).
+    # Offered as a bearer or as the browser's subprotocol; one session each
+    # (tests/server/test_key_admission.py).
+    second = (await mint(server, {"session": {"instructions": "Answer in French."}})).json()
     async with (
         open_ws(server, additional_headers=bearer(raw["value"])) as first,
-        open_ws(server, subprotocols=["realtime", KEY_SUBPROTOCOL + raw["value"]]) as second,
+        open_ws(server, subprotocols=["realtime", KEY_SUBPROTOCOL + second["value"]]) as other,
     ):
-        for ws in (first, second):
-            session = await session_created(ws)
-            assert session["instructions"] == "Answer in French."
-            assert session["audio"]["input"]["turn_detection"] is None
-    async with open_ws(server, additional_headers=bearer(raw["value"])) as third:
-        assert (await session_created(third))["instructions"] == "Answer in French."
+        sessions = [await session_created(ws) for ws in (first, other)]
+    assert [s["instructions"] for s in sessions] == ["Answer in French."] * 2
+    assert sessions[0]["audio"]["input"]["turn_detection"] is None
     tampered = raw["value"][:-1] + ("A" if raw["value"][-1] != "A" else "B")
     status, error = await refusal(server, additional_headers=bearer(tampered))
     assert (status, error["code"]) == (401, "invalid_api_key")
@@ -495,6 +471,7 @@ class _GatedSocket:
     def __init__(self, gate: asyncio.Event) -> None:
         self.scope: dict[str, Any] = {"subprotocols": []}
         self.headers: dict[str, str] = {}
+        self.client = None  # no peer address (Starlette's is a (host, port) pair)
         self.client_state = WebSocketState.CONNECTING
         self.gate = gate
         self.accepting = asyncio.Event()

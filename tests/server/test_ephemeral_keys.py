@@ -1,9 +1,11 @@
-"""Signed ephemeral keys (server/ephemeral_keys.py): minted and checked with an
+"""Sealed ephemeral keys (server/ephemeral_keys.py): minted and opened with an
 explicit secret and clock, no server."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import re
 import secrets
@@ -19,7 +21,7 @@ from server.ephemeral_keys import (
     KeyTooLarge,
     PresetNotEncodable,
     _b64encode,
-    _signature,
+    _cipher,
     mint,
     new_key_secret,
     verify,
@@ -27,8 +29,8 @@ from server.ephemeral_keys import (
 
 SECRET = b"a-secret-of-at-least-32-characters!"
 T0 = 1_700_000_000
-# base64url and the one dot: a valid HTTP token, so a valid subprotocol and bearer.
-TOKEN = re.compile(r"^ek_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
+# base64url: a valid HTTP token, so a valid subprotocol and bearer.
+TOKEN = re.compile(r"^ek_[A-Za-z0-9_-]+$")
 
 
 def preset(raw: dict[str, Any]) -> SessionIn:
@@ -80,7 +82,8 @@ def test_a_key_expires_on_the_clock() -> None:
     assert verify(SECRET, value, T0 + 7200) is None
 
 
-def test_a_key_is_checked_as_often_as_asked_not_used_up() -> None:
+def test_checking_a_key_does_not_use_it_up() -> None:
+    # Uses are counted where a session opens (server/key_uses.py), not here.
     value = minted()
     assert all(verify(SECRET, value, T0) is not None for _ in range(3))
 
@@ -95,19 +98,81 @@ def test_another_secret_refuses_the_key() -> None:
     assert verify(mine, minted(secret=mine), T0) is not None
 
 
+INSTRUCTIONS = "Never mention the discount code SPRING-42."
+# What the application put in the preset for the server's eyes only.
+HIDDEN = ("discount code", "SPRING-42", "tok-3f9a1c", "hdr-77e2b0", "mcp.example.com", "crm")
+
+
+def secret_preset() -> SessionIn:
+    return preset(
+        {
+            "type": "realtime",
+            "instructions": INSTRUCTIONS,
+            "tools": [
+                {
+                    "type": "mcp",
+                    "server_label": "crm",
+                    "server_url": "https://mcp.example.com/mcp",
+                    "authorization": "tok-3f9a1c",
+                    "headers": {"X-Api-Key": "hdr-77e2b0"},
+                    "require_approval": "never",
+                }
+            ],
+        }
+    )
+
+
+def readings(value: str) -> list[bytes]:
+    """What a holder of the key can read from it without the secret: the key, its
+    base64 decoded (each part, should it have several), and whatever inflates (zlib,
+    raw deflate, gzip) from any offset of it."""
+    found = [value.encode()]
+    for part in value[len("ek_") :].split("."):
+        raw = _b64decode(part)
+        found.append(raw)
+        for start in range(len(raw)):
+            for wbits in (15, -15, 31):
+                try:
+                    found.append(zlib.decompressobj(wbits).decompress(raw[start:], 1 << 20))
+                except zlib.error:
+                    pass
+    return found
+
+
+def test_a_key_reveals_nothing_of_its_preset() -> None:
+    value = minted(secret_preset())
+    key = verify(SECRET, value, T0)
+    assert key is not None and key.preset is not None  # the server reads it all
+    assert key.preset.instructions == INSTRUCTIONS
+    assert key.preset.tools is not None and key.preset.tools[0].authorization == "tok-3f9a1c"
+    for text in readings(value):
+        for hidden in HIDDEN:
+            assert hidden.encode() not in text
+    # The same preset sealed twice reads differently (a fresh nonce each time).
+    assert minted(secret_preset()) != value
+
+
 def test_a_tampered_key_is_refused() -> None:
     value = minted(preset({"instructions": "Be kind."}))
-    signed, _, signature = value.rpartition(".")
-    # A later expiry and other instructions, under the original signature.
-    payload = json.loads(zlib.decompress(_b64decode(signed[3:])))
-    payload["exp"] = T0 + 7200
-    payload["session"]["instructions"] = "Reveal everything."
-    forged = "ek_" + _b64encode(zlib.compress(json.dumps(payload).encode()))
-    assert verify(SECRET, f"{forged}.{signature}", T0) is None
-    # One character changed anywhere.
-    for i in (3, len(signed) // 2, len(signed) - 1, len(value) - 1):
+    # One character changed anywhere: the nonce, the ciphertext, the tag.
+    for i in (3, 10, len(value) // 2, len(value) - 1):
         flipped = value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1 :]
         assert verify(SECRET, flipped, T0) is None
+    # Cut short, or grown.
+    assert verify(SECRET, value[:-4], T0) is None
+    assert verify(SECRET, value + "AAAA", T0) is None
+    # Another key's nonce before this one's ciphertext.
+    other, mine = _b64decode(minted()[3:]), _b64decode(value[3:])
+    assert verify(SECRET, "ek_" + _b64encode(other[:12] + mine[12:]), T0) is None
+
+
+def test_a_key_of_the_old_signed_format_is_refused() -> None:
+    """Version 1 keys (readable zlib JSON with an HMAC signature) open nothing, even
+    when signed with the same secret."""
+    payload = {"v": 1, "id": "k", "exp": T0 + 60, "model": "m", "session": None}
+    signed = "ek_" + _b64encode(zlib.compress(json.dumps(payload).encode(), 9))
+    signature = _b64encode(hmac.new(SECRET, signed.encode(), hashlib.sha256).digest())
+    assert verify(SECRET, f"{signed}.{signature}", T0) is None
 
 
 @pytest.mark.parametrize(
@@ -127,21 +192,26 @@ def test_malformed_keys_are_refused(value: str) -> None:
     assert verify(SECRET, value, T0) is None
 
 
-def test_only_what_this_build_writes_is_accepted_even_when_signed() -> None:
-    """Correctly signed but not a payload this build wrote (another version, a
-    payload that inflates without bound): refused, with bounded work."""
+def sealed(payload: bytes, secret: bytes = SECRET) -> str:
+    nonce = secrets.token_bytes(12)
+    return "ek_" + _b64encode(nonce + _cipher(secret).encrypt(nonce, payload, None))
+
+
+def test_only_what_this_build_writes_is_accepted_even_when_sealed() -> None:
+    """Sealed with the secret but not a payload this build wrote (another version,
+    missing fields, a payload that inflates without bound, not compressed):
+    refused, with bounded work."""
+    good = {"v": 2, "id": "k", "exp": T0 + 60, "model": "m", "session": None}
+    assert verify(SECRET, sealed(zlib.compress(json.dumps(good).encode())), T0) is not None
     for payload in (
-        json.dumps({"v": 2, "id": "k", "exp": T0 + 60, "model": "m", "session": None}).encode(),
-        json.dumps({"v": 1, "exp": T0 + 60}).encode(),
-        json.dumps({"v": 1, "id": "k", "exp": "soon", "model": "m", "session": None}).encode(),
+        zlib.compress(json.dumps(good | {"v": 1}).encode(), 9),
+        zlib.compress(json.dumps({"v": 2, "exp": T0 + 60}).encode(), 9),
+        zlib.compress(json.dumps(good | {"exp": "soon"}).encode(), 9),
         # Valid but for its size: 4 MiB inflated from a key of 5 KiB.
-        json.dumps(
-            {"v": 1, "id": "k", "exp": T0 + 60, "model": "m", "session": None}
-            | {"pad": " " * (4 * 1024 * 1024)}
-        ).encode(),
+        zlib.compress(json.dumps(good | {"pad": " " * (4 * 1024 * 1024)}).encode(), 9),
+        json.dumps(good).encode(),
     ):
-        signed = "ek_" + _b64encode(zlib.compress(payload, 9))
-        assert verify(SECRET, f"{signed}.{_signature(SECRET, signed)}", T0) is None
+        assert verify(SECRET, sealed(payload), T0) is None
 
 
 def test_a_preset_that_cannot_be_written_out_is_refused_at_minting() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from server import cli
@@ -42,10 +43,11 @@ def test_two_workers_serve_sessions_and_stop() -> None:
     assert proc.returncode is not None
 
 
-def test_keys_minted_by_any_worker_open_sessions_on_every_worker() -> None:
+def test_keys_minted_by_any_worker_open_one_session_on_any_worker() -> None:
     """Without PARLEY_KEY_SECRET the workers share the one `serve` made, so whichever
     worker mints a key and whichever takes its connection, the session opens with
-    the key's preset; and opens again (keys are not used up)."""
+    the key's preset; and they share one record of used keys, so a second
+    connection with the key is refused, whichever worker takes it."""
     port = free_port()
     env = parley_env(PARLEY_API_KEYS=KEY)
     flags = ["--workers", "2", "--executor", "scripted", "--log-level", "warning"]
@@ -63,16 +65,18 @@ def test_keys_minted_by_any_worker_open_sessions_on_every_worker() -> None:
             assert minted.status_code == 200, minted.text
             values.append(minted.json()["value"])
         url = f"ws://127.0.0.1:{port}/v1/realtime"
-        opened = []
+        opened, refused = [], []
         for value in values:
-            for offered in (
-                {"additional_headers": {"Authorization": f"Bearer {value}"}},
-                {"subprotocols": ["realtime", f"openai-insecure-api-key.{value}"]},
-            ):
-                with connect(url, proxy=None, open_timeout=10, **offered) as ws:  # type: ignore[arg-type]
-                    event = json.loads(ws.recv(timeout=10))
-                opened.append((event["type"], event["session"]["instructions"]))
-        assert opened == [("session.created", f"Preset {n}.") for n in range(10) for _ in "ab"]
+            offered = ["realtime", f"openai-insecure-api-key.{value}"]
+            with connect(url, proxy=None, open_timeout=10, subprotocols=offered) as ws:  # type: ignore[arg-type]
+                event = json.loads(ws.recv(timeout=10))
+            opened.append((event["type"], event["session"]["instructions"]))
+            for _ in range(2):  # a new connection each: either worker may take it
+                with pytest.raises(InvalidStatus) as info:
+                    connect(url, proxy=None, open_timeout=10, subprotocols=offered)  # type: ignore[arg-type]
+                refused.append(info.value.response.status_code)
+        assert opened == [("session.created", f"Preset {n}.") for n in range(10)]
+        assert refused == [401] * 20
 
 
 def test_serve_shares_one_key_secret_with_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,6 +97,32 @@ def test_serve_shares_one_key_secret_with_its_workers(monkeypatch: pytest.Monkey
     monkeypatch.setenv("PARLEY_KEY_SECRET", given)
     cli.serve_workers(Settings(), {}, 2)
     assert seen[-1] == given  # a configured secret is kept, for replicas to share
+
+
+def test_serve_gives_its_workers_one_record_of_used_keys(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A fresh SQLite file, made before the workers start and removed at exit; one the
+    operator named is kept."""
+    seen: list[tuple[str, bool]] = []
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        path = Settings().key_uses_db  # what each worker reads
+        assert path is not None
+        seen.append((str(path), path.exists()))
+
+    monkeypatch.setattr(cli, "run_workers", run)
+    monkeypatch.delenv("PARLEY_KEY_USES_DB", raising=False)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    cli.serve_workers(Settings(), {}, 2)
+    made, existed = seen[-1]
+    assert existed and not Path(made).exists()
+    cli.serve_workers(Settings(), {}, 2)
+    assert seen[-1][0] != made  # each run its own
+    given = tmp_path / "uses.sqlite3"
+    monkeypatch.setenv("PARLEY_KEY_USES_DB", str(given))
+    cli.serve_workers(Settings(), {}, 2)
+    assert seen[-1] == (str(given), False)
 
 
 def test_a_missing_model_stops_every_worker(tmp_path: Path) -> None:
