@@ -135,16 +135,6 @@ class Settings(BaseSettings):
     mcp_allowed_origins: Annotated[list[str], NoDecode] = []
     mcp_public: bool = False
 
-    @field_validator("mcp_allowed_origins", mode="before")
-    @classmethod
-    def _mcp_origins(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = [o.strip() for o in value.split(",") if o.strip()]
-        if isinstance(value, list):
-            for origin in value:
-                parse_origin(str(origin))  # a bad entry stops the server at start
-        return value
-
     # WebRTC offers (docs/deploy.md, "WebRTC offers"). Parley sends ICE checks (STUN)
     # to every remote candidate an offer lists: it keeps at most this many distinct
     # addresses, and none that is loopback, link-local, unspecified, multicast or
@@ -168,15 +158,6 @@ class Settings(BaseSettings):
     # Serving beyond loopback with no API keys opens the server to anyone who can
     # reach it: refused at start unless this says the network in front is trusted.
     allow_no_keys: bool = False
-
-    @field_validator("allowed_origins", mode="before")
-    @classmethod
-    def _origins(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = [origin for origin in value.split(",") if origin.strip()]
-        if isinstance(value, list):
-            return [normalize_origin(str(origin)) for origin in value]
-        return value
 
     @model_validator(mode="after")
     def _session_limit(self) -> Settings:
@@ -220,11 +201,19 @@ class Settings(BaseSettings):
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("api_keys", "backend_url", "ice_servers", mode="before")
+    @field_validator(
+        "api_keys",
+        "backend_url",
+        "ice_servers",
+        "mcp_allowed_origins",
+        "allowed_origins",
+        "rtc_candidate_networks",
+        mode="before",
+    )
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
-            return [key.strip() for key in value.split(",") if key.strip()]
+            return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
     @field_validator("key_secret")
@@ -241,9 +230,14 @@ class Settings(BaseSettings):
             raise ValueError("API keys must not start with 'ek_', the ephemeral key prefix")
         return keys
 
-    @field_validator("rtc_candidate_networks", mode="before")
+    @field_validator("mcp_allowed_origins")
     @classmethod
-    def _split_networks(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [network.strip() for network in value.split(",") if network.strip()]
-        return value
+    def _mcp_origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            parse_origin(origin)  # a bad entry stops the server at start
+        return origins
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        return [normalize_origin(origin) for origin in origins]

@@ -33,7 +33,7 @@ from engine.protocol import (
     wants_beta,
 )
 from engine.session import Session
-from server.auth import ApiError, KeyStore, presented_key
+from server.auth import ApiError, KeyStore, bad_request, presented_key
 from server.logs import session_var
 from server.origins import check_origin
 from server.sessions import SHUTDOWN_REASON, SessionHub, submit_text
@@ -137,11 +137,15 @@ class RealtimeEndpoint:
         # can abort it.
         seat = hub.admit(functools.partial(abort_connection, ws))
         try:
+            try:  # a key's preset the server now refuses (its MCP policy tightened)
+                seat.session = session = hub.new_session(
+                    ephemeral.model if ephemeral else model or hub.settings.model,
+                    ephemeral.preset if ephemeral else None,
+                )
+            except ProtocolError as exc:
+                await _deny(ws, bad_request(exc))
+                return
             await ws.accept(subprotocol=subprotocol)
-            seat.session = session = hub.new_session(
-                ephemeral.model if ephemeral else model or hub.settings.model,
-                ephemeral.preset if ephemeral else None,
-            )
             # Every log line of this connection's tasks names its session (server/logs.py).
             session_var.set(session.session_id)
             ending = await self._run(ws, session, beta)

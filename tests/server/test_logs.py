@@ -93,7 +93,8 @@ async def test_no_key_in_any_line_at_trace_level(
     """At TRACE uvicorn logs every connection's ASGI scope, the subprotocols (where a
     browser's key travels) among it; the websockets library logs the headers."""
     caplog.set_level(TRACE_LOG_LEVEL)
-    server = await serve(api_keys=[KEY], log_level="trace")
+    # The ephemeral key opens two sessions here (by subprotocol, then by header).
+    server = await serve(api_keys=[KEY], log_level="trace", ephemeral_key_uses=0)
     async with httpx.AsyncClient(base_url=server.http_url, timeout=TIMEOUT_S) as http:
         minted = await http.post(
             "/v1/realtime/client_secrets", json={}, headers={"Authorization": f"Bearer {KEY}"}

@@ -21,6 +21,7 @@ from engine.protocol import ProtocolError, SessionIn
 from server.app import create_app
 from server.config import Settings
 from tests.support.events import Events
+from tests.support.refusals import handshake_refusal
 from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory
 
 
@@ -158,6 +159,24 @@ async def test_a_key_preset_naming_a_refused_server_is_not_minted(serve: ServerF
     assert (error["code"], error["param"]) == ("mcp_server_not_allowed", URL)
     minted = await mint(server, mcp_tool("https://mcp.example.com/mcp"))
     assert minted.status_code == 200, minted.content
+
+
+async def test_a_key_whose_preset_the_server_now_refuses_is_denied_before_the_upgrade(
+    serve: ServerFactory,
+) -> None:
+    """A key minted while its MCP server was allowed, used after the operator closed
+    MCP (here: another server with the same secret): the handshake gets HTTP 400
+    naming the field, no session opens, and the server named hears nothing."""
+    secret = "s" * 32
+    async with listener() as (port, heard):
+        allowing = await serve(mcp_allowed_origins=f"http://127.0.0.1:{port}", key_secret=secret)
+        minted = await mint(allowing, mcp_tool(f"http://127.0.0.1:{port}/mcp"))
+        assert minted.status_code == 200, minted.content
+        closed = await serve(key_secret=secret)
+        headers = {"Authorization": f"Bearer {json.loads(minted.content)['value']}"}
+        status, error = await handshake_refusal(connect(closed.ws_url, additional_headers=headers))
+        assert (status, error["code"], error["param"]) == (400, "mcp_disabled", URL)
+        assert heard == []
 
 
 @pytest.mark.parametrize("public", [False, True])
