@@ -167,10 +167,10 @@ def create_app(
     vad = make_vad_backend(settings)
     # semantic_vad's end-of-turn model (Smart Turn), one per process; None with a
     # warning when it cannot load, and semantic_vad turns then end on fixed silence.
-    end_of_turn = load_smart_turn()
+    end_of_turn = load_smart_turn(queue_limit=settings.model_queue_limit)
     # Hears speech held while the assistant talks (turn_detection.interruption, on by
     # default); its model loads in the background once the server starts.
-    hearing = WhisperHearing(settings.hearing_model)
+    hearing = WhisperHearing(settings.hearing_model, queue_limit=settings.model_queue_limit)
     # Reaches the MCP servers a session names (`type: "mcp"` tools), for every session.
     mcp_client = StreamableHttpMcp(policy_of(settings.mcp_allowed_origins, settings.mcp_public))
     # No audio or key in any server or library log line, at any level.

@@ -195,6 +195,14 @@ class Settings(BaseSettings):
     # for people and apps; it stops one key from churning sessions. 0: no pacing.
     new_sessions_per_key_per_minute: int = Field(default=120, ge=0)
     new_sessions_burst: int = Field(default=60, ge=1)
+    # Requests that may wait at once, across all sessions, for each shared listening
+    # model (Smart Turn's end-of-turn calls, the hearing recognizer), beside the ones
+    # running. One more is refused at once and its session decides by the duration
+    # rules (silence ends the turn; held speech interrupts by its length), counted as
+    # `overloaded` in parley_model_requests_dropped_total: under overload turns keep
+    # their pace instead of waiting behind a line as long as the server is busy. 4:
+    # what `make eval-turns`' four streams at once never exceed; 0: only a free thread.
+    model_queue_limit: int = Field(default=4, ge=0)
 
     @field_validator("log_level", mode="before")
     @classmethod

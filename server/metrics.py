@@ -34,7 +34,7 @@ from prometheus_client import (
 )
 
 from engine.observer import Observer, ResponseStatus
-from models.listening.fair_pool import ABANDONED, SUPERSEDED
+from models.listening.fair_pool import ABANDONED, OVERLOADED, SUPERSEDED
 from server.key_limits import RefusalReason
 from server.turn_timing import STAGES, Clock, Observation, TurnTimer
 
@@ -132,7 +132,7 @@ class Metrics:
         )
         # Series that exist from the start, so a dashboard sees zeros, not gaps.
         for model in SHARED_MODELS:
-            for reason in (SUPERSEDED, ABANDONED):
+            for reason in (SUPERSEDED, ABANDONED, OVERLOADED):
                 self.model_requests_dropped.labels(model, reason)
         for stage in STAGES:
             self.turn_latency.labels(stage)

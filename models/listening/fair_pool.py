@@ -15,9 +15,15 @@ The rules (`FairQueue`, pure):
   caller that asks again after being served goes to the back: round robin.
 
 So a call waits behind at most the calls already running when it was asked and one
-call of each other caller. A call already on a thread cannot be stopped: when its
-caller gives up, it still counts as that caller's running call until it ends, so
-abandoned calls cannot pile up on the threads either.
+call of each other caller. And a server-wide budget (`limit`): at most that many
+requests wait at once across all callers; a request beyond it is refused at once
+(`Overloaded`, counted as `overloaded`) and its caller decides without the model, by
+the duration rules the engine already falls back to, instead of every session's
+decision waiting behind a line that grows with the number of sessions.
+
+A call already on a thread cannot be stopped: when its caller gives up, it still
+counts as that caller's running call until it ends, so abandoned calls cannot pile up
+on the threads either.
 
 Whose call it is: `CALLER`, which the session sets in its task (engine/session.py);
 the tasks it starts inherit it. A call with no caller is a caller of its own.
@@ -42,10 +48,15 @@ CALLER: ContextVar[str | None] = ContextVar("parley_model_caller", default=None)
 # Why a request never ran (the `reason` of parley_model_requests_dropped_total).
 SUPERSEDED = "superseded"  # its caller asked again before it started
 ABANDONED = "abandoned"  # its caller stopped waiting before it started
+OVERLOADED = "overloaded"  # the line was full (the server-wide budget): refused at once
 
 
 class Superseded(Exception):
     """The caller's newer request took this one's place before it started."""
+
+
+class Overloaded(Exception):
+    """The model's line was full: the request was refused without running."""
 
 
 @dataclass
@@ -53,9 +64,20 @@ class FairQueue(Generic[T]):
     """Which waiting request runs next on `slots` threads (see module doc)."""
 
     slots: int
+    # Requests that may wait at once across all callers (None: no bound).
+    limit: int | None = None
     running: set[Hashable] = field(default_factory=set)
     # In line, one request per caller; a dict keeps the order callers joined in.
     waiting: dict[Hashable, T] = field(default_factory=dict)
+
+    def admits(self, caller: Hashable) -> bool:
+        """Whether a request of `caller` may join the line now: it can start at once,
+        it replaces the caller's waiting one, or the line is within `limit`."""
+        if self.limit is None or caller in self.waiting:
+            return True
+        if not self.waiting and caller not in self.running and len(self.running) < self.slots:
+            return True  # a free thread takes it at once
+        return len(self.waiting) < self.limit
 
     def offer(self, caller: Hashable, request: T) -> T | None:
         """Put `request` in line; the caller's waiting request it replaces, if any."""
@@ -107,12 +129,12 @@ def _settle(job: _Job[Any], result: object, error: BaseException | None) -> None
 class FairPool:
     """`threads` threads that run calls in fair shares across callers."""
 
-    def __init__(self, threads: int, name: str) -> None:
-        self._queue: FairQueue[_Job[Any]] = FairQueue(threads)
+    def __init__(self, threads: int, name: str, limit: int | None = None) -> None:
+        self._queue: FairQueue[_Job[Any]] = FairQueue(threads, limit)
         self._lock = threading.Lock()  # the queue is read by the loop and the threads
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
         self._closed = False
-        self.dropped: dict[str, int] = {SUPERSEDED: 0, ABANDONED: 0}
+        self.dropped: dict[str, int] = {SUPERSEDED: 0, ABANDONED: 0, OVERLOADED: 0}
         # Told each request that never ran, with its reason (the server's metrics).
         self.on_drop: Callable[[str], None] | None = None
 
@@ -123,15 +145,20 @@ class FairPool:
 
     async def run(self, call: Callable[[], R]) -> R:
         """`call()` on one of the threads, in its caller's turn. Raises `Superseded`
-        when the same caller asks again before it started, RuntimeError once closed."""
+        when the same caller asks again before it started, `Overloaded` when the line
+        is full, RuntimeError once closed."""
         caller: Hashable = CALLER.get() or object()
         loop = asyncio.get_running_loop()
         job: _Job[R] = _Job(call, loop, loop.create_future())
         with self._lock:
             if self._closed:
                 raise RuntimeError("the model is closed")
-            replaced = self._queue.offer(caller, job)
+            admitted = self._queue.admits(caller)
+            replaced = self._queue.offer(caller, job) if admitted else None
             self._start_next()
+        if not admitted:
+            self._drop(OVERLOADED)
+            raise Overloaded()
         if replaced is not None:
             replaced.loop.call_soon_threadsafe(_settle, replaced, None, Superseded())
             self._drop(SUPERSEDED)

@@ -36,7 +36,7 @@ import numpy.typing as npt
 import soxr
 
 from models.base import PCM_RATE
-from models.listening.fair_pool import FairPool, Superseded
+from models.listening.fair_pool import FairPool, Overloaded, Superseded
 from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
 
 log = logging.getLogger(__name__)
@@ -135,13 +135,19 @@ class WhisperHearing:
     """The hearing recognizer: `HearingRecognizer` of engine/interruption.py
     (structurally: models do not import engine)."""
 
-    def __init__(self, model: str = "tiny.en", threads: int = 1, parallel: int = 2) -> None:
+    def __init__(
+        self,
+        model: str = "tiny.en",
+        threads: int = 1,
+        parallel: int = 2,
+        queue_limit: int | None = None,
+    ) -> None:
         self._model_name = model
         self._threads = threads
         self._parallel = parallel
         self._whisper: _Whisper | None = None
         self._lock = threading.Lock()
-        self.pool = FairPool(parallel, "hearing")
+        self.pool = FairPool(parallel, "hearing", queue_limit)
         self._warned = False
 
     def prepare(self) -> Future[_Whisper]:
@@ -176,10 +182,11 @@ class WhisperHearing:
         """What held speech says ("" for no words); None when it cannot be heard (the
         session then lets the speech interrupt rather than swallow it). A session asks
         one hearing at a time and cancels it before asking again, so only a caller that
-        is no longer waited on is ever superseded: None, which it ignores as stale."""
+        is no longer waited on is ever superseded: None, which it ignores as stale.
+        None too, at once, when too many hearings wait already (`Overloaded`)."""
         try:
             return await self.pool.run(partial(self.hear, pcm))
-        except Superseded:
+        except (Superseded, Overloaded):
             return None
         except Exception as exc:
             if not self._warned:

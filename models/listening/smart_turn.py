@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.errors import ModelMissing
-from models.listening.fair_pool import FairPool, Superseded
+from models.listening.fair_pool import FairPool, Overloaded, Superseded
 from models.listening.turn_features import features
 
 log = logging.getLogger(__name__)
@@ -95,9 +95,9 @@ def probability_of(output: object) -> float:
 class SmartTurnModel:
     """End-of-turn probability for a turn's 16 kHz int16 audio, scored off the loop."""
 
-    def __init__(self, runner: OnnxRunner) -> None:
+    def __init__(self, runner: OnnxRunner, queue_limit: int | None = None) -> None:
         self._runner = runner
-        self.pool = FairPool(1, "smart-turn")
+        self.pool = FairPool(1, "smart-turn", queue_limit)
         self._warned = False
 
     def _score(self, pcm: npt.NDArray[np.int16]) -> float:
@@ -107,10 +107,11 @@ class SmartTurnModel:
     async def probability(self, pcm: npt.NDArray[np.int16]) -> float | None:
         """Probability in [0, 1] that the turn is complete, from (at most) its last
         8 s; None when scoring fails (warned once; the caller falls back) or when the
-        same session asked again before it was scored (a newer pause)."""
+        same session asked again before it was scored (a newer pause) or too many
+        requests wait already (`Overloaded`)."""
         try:
             return await self.pool.run(partial(self._score, pcm))
-        except Superseded:
+        except (Superseded, Overloaded):
             return None
         except Exception as exc:  # onnxruntime's errors derive from Exception directly
             if not self._warned:
@@ -124,7 +125,9 @@ class SmartTurnModel:
         self.pool.close()
 
 
-def load_smart_turn(path: Path | None = None) -> SmartTurnModel | None:
+def load_smart_turn(
+    path: Path | None = None, queue_limit: int | None = None
+) -> SmartTurnModel | None:
     """The process's one Smart Turn model, or None (with a warning) when the file is
     missing or onnxruntime cannot open it: turns then end on fixed silence."""
     try:
@@ -138,4 +141,4 @@ def load_smart_turn(path: Path | None = None) -> SmartTurnModel | None:
     except Exception as exc:  # onnxruntime's load errors are plain Exceptions
         log.warning("Smart Turn unavailable: cannot load %s (%s)", path or "the model", exc)
         return None
-    return SmartTurnModel(runner)
+    return SmartTurnModel(runner, queue_limit)

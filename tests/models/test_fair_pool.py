@@ -12,9 +12,11 @@ import pytest
 
 from models.listening.fair_pool import (
     ABANDONED,
+    OVERLOADED,
     SUPERSEDED,
     FairPool,
     FairQueue,
+    Overloaded,
     Superseded,
 )
 from tests.support.callers import session_context, until
@@ -69,6 +71,31 @@ def test_a_withdrawn_request_leaves_the_line_but_a_started_one_cannot() -> None:
     assert line.next() == ("a", "a2")
     assert not line.withdraw("a", "a2")  # on a thread: it runs to its end
     assert line.running == {"a"}
+
+
+def test_the_line_is_bounded_across_callers_but_a_caller_may_replace_its_own() -> None:
+    line: FairQueue[str] = FairQueue(slots=1, limit=1)
+    assert line.admits("a")  # a free thread takes it at once
+    line.offer("a", "a1")
+    assert line.next() == ("a", "a1")
+    assert line.admits("b")  # the line is empty
+    line.offer("b", "b1")
+    assert not line.admits("c")  # full: one more waits behind a line of every session
+    assert line.admits("b")  # its newer request takes the older one's place
+    assert not line.admits("a")  # running, and the line is full
+    line.finished("a")
+    assert line.next() == ("b", "b1")
+    assert line.admits("c")
+
+
+def test_a_limit_of_zero_admits_only_what_a_free_thread_takes() -> None:
+    line: FairQueue[str] = FairQueue(slots=2, limit=0)
+    assert line.admits("a")
+    line.offer("a", "a1")
+    line.next()
+    assert not line.admits("a")  # its own call runs: it could only wait
+    assert line.admits("b")  # the second thread is free
+    assert FairQueue[str](slots=1).admits("x")  # no limit: never refused
 
 
 class Gate:
@@ -133,7 +160,7 @@ async def test_the_pool_serves_callers_in_turn_and_counts_what_it_drops() -> Non
         gate.release.release()
         assert await waiting == "o2"
         assert dropped == [SUPERSEDED, SUPERSEDED, ABANDONED]
-        assert pool.dropped == {SUPERSEDED: 2, ABANDONED: 1}
+        assert pool.dropped == {SUPERSEDED: 2, ABANDONED: 1, OVERLOADED: 0}
     finally:
         for _ in range(4):
             gate.release.release()
@@ -151,7 +178,7 @@ async def test_calls_with_no_caller_never_replace_each_other() -> None:
         for _ in range(3):
             gate.release.release()
         assert [await first, await second, await third] == ["a", "b", "c"]
-        assert pool.dropped == {SUPERSEDED: 0, ABANDONED: 0}
+        assert pool.dropped == {SUPERSEDED: 0, ABANDONED: 0, OVERLOADED: 0}
     finally:
         pool.close()
 
@@ -169,3 +196,27 @@ async def test_a_closed_pool_refuses_and_fails_what_waits() -> None:
     assert await running == "a"  # a running call ends normally
     with pytest.raises(RuntimeError):
         await pool.run(gate.call("c"))
+
+
+async def test_an_overloaded_pool_refuses_at_once_and_counts_it() -> None:
+    gate, pool = Gate(), FairPool(1, "test", limit=1)
+    dropped: list[str] = []
+    pool.on_drop = dropped.append
+    try:
+        running = as_caller("a", pool, gate.call("a1"))
+        assert await gate.next_started() == "a1"
+        waiting = as_caller("b", pool, gate.call("b1"))
+        await until(lambda: pool.queued == 1)
+        with pytest.raises(Overloaded):  # refused without waiting for the thread
+            await as_caller("c", pool, gate.call("c1"))
+        assert dropped == [OVERLOADED] and pool.dropped[OVERLOADED] == 1
+        gate.release.release()
+        assert await running == "a1"
+        assert await gate.next_started() == "b1"
+        gate.release.release()
+        assert await waiting == "b1"
+        assert gate.started.empty()  # c1 never ran
+    finally:
+        for _ in range(3):
+            gate.release.release()
+        pool.close()

@@ -186,3 +186,18 @@ async def test_silence_alone_scores_without_error(model: SmartTurnModel) -> None
     for pcm in (np.zeros(0, dtype=np.int16), np.zeros(16_000, dtype=np.int16)):
         p = await model.probability(pcm)
         assert p is not None and 0.0 <= p <= 1.0
+
+
+async def test_a_full_line_scores_none_at_once_and_is_counted() -> None:
+    runner = _Blocking()
+    model = SmartTurnModel(runner, queue_limit=0)
+    first = asyncio.create_task(model.probability(question()))
+    await asyncio.to_thread(runner.entered.wait)
+    # The one thread is busy and nothing may wait: None now (the session ends its turn
+    # on fixed silence), not a score after the first.
+    assert await model.probability(question()) is None
+    assert model.pool.dropped["overloaded"] == 1
+    assert runner.runs == 1
+    runner.release.set()
+    assert await first == 0.75
+    model.close()
