@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
@@ -59,6 +60,35 @@ MAX_NO_SPEECH = 0.5
 # in silence and "Thank you." in a cough, and says it is probably not speech.
 SILENT_NO_SPEECH = 0.6
 SILENT_MEAN_LOGPROB = -1.0
+
+
+# The log-mel of the silence that pads held speech to its window is one value (Whisper
+# clamps every frame to 8 below the loudest, and silence is below that), so only the
+# speech and this much silence after it are transformed and the rest of the window is
+# filled with that value: the same features for a fraction of the FFTs (a second of
+# held speech in a 5 s window, a fifth). More than an FFT frame (400 samples) past
+# the speech, so the last column is silence alone.
+MEL_MARGIN = WHISPER_RATE // 10
+
+
+def mel_window(
+    features: Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]],
+    audio: npt.NDArray[np.float32],
+    seconds: int,
+    hop: int,
+) -> npt.NDArray[np.float32]:
+    """The log-mel features (n_mels, frames) of `audio` padded with silence to
+    `seconds`, as `features` computes them over the whole padded window."""
+    frames = seconds * WHISPER_RATE // hop
+    padded = np.zeros(min(seconds * WHISPER_RATE, len(audio) + MEL_MARGIN), np.float32)
+    padded[: len(audio)] = audio
+    mel = features(padded)
+    if mel.shape[1] >= frames:
+        return np.ascontiguousarray(mel[:, :frames])
+    out = np.empty((mel.shape[0], frames), np.float32)
+    out[:, : mel.shape[1]] = mel
+    out[:, mel.shape[1] :] = mel[:, -1:]
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,11 +142,8 @@ class _Whisper:
 
     def hear(self, audio: npt.NDArray[np.float32]) -> Hearing:
         audio = audio[-MAX_WINDOW_S * WHISPER_RATE :]
-        seconds = window_s(len(audio))
-        padded = np.zeros(seconds * WHISPER_RATE, np.float32)
-        padded[: len(audio)] = audio
-        frames = seconds * WHISPER_RATE // self.features.hop_length
-        mel = np.ascontiguousarray(self.features(padded)[None, :, :frames])
+        mel = mel_window(self.features, audio, window_s(len(audio)), self.features.hop_length)
+        mel = np.ascontiguousarray(mel[None])
         result: Any = self.model.generate(
             self._ct2.StorageView.from_array(mel),
             [self.prompt],
