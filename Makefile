@@ -102,8 +102,9 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 # Voice-to-voice latency of the embedded pipeline, synthesis time against text length,
 # the speed of language models a user may bring (bench/llm_sizes.py, ~15 minutes),
 # the end-of-turn model's cost per call,
-# turn detection per VAD backend, and capacity under load beside the floor, server_vad
-# and semantic_vad (about 26 minutes on 2 cores); tables on stdout,
+# turn detection per VAD backend, capacity under load beside the floor, server_vad
+# and semantic_vad, and the cost at 100 sessions of a realistic mix beside the floor
+# (bench/load/mix.py, about a minute; about 27 minutes in all on 2 cores); tables on stdout,
 # JSON and a plot in bench/results/ (docs/performance.md). Voice to voice runs over a
 # real WebSocket against a server in its own process, server_vad and semantic_vad: what
 # a client sees, with the same model stages the in-process run (--transport inproc)
@@ -119,6 +120,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.denoise
 	$(BIN)/python -m bench.echo
 	$(BIN)/python -m bench.load
+	$(BIN)/python -m bench.load.mix
 
 # SESSIONS users of random client behaviour for MINUTES against `parley serve --executor
 # scripted` (bench/soak/): RSS over time, errors by code, close codes, latency percentiles

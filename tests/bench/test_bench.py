@@ -55,6 +55,7 @@ def test_make_bench_runs_the_benchmarks_in_order() -> None:
         "bench.denoise",
         "bench.echo",
         "bench.load",
+        "bench.load.mix",
     ]
 
 
