@@ -200,16 +200,14 @@ async def test_a_closed_pool_refuses_and_fails_what_waits() -> None:
 
 async def test_an_overloaded_pool_refuses_at_once_and_counts_it() -> None:
     gate, pool = Gate(), FairPool(1, "test", limit=1)
-    dropped: list[str] = []
-    pool.on_drop = dropped.append
     try:
         running = as_caller("a", pool, gate.call("a1"))
-        assert await gate.next_started() == "a1"
         waiting = as_caller("b", pool, gate.call("b1"))
+        assert await gate.next_started() == "a1"
         await until(lambda: pool.queued == 1)
         with pytest.raises(Overloaded):  # refused without waiting for the thread
             await as_caller("c", pool, gate.call("c1"))
-        assert dropped == [OVERLOADED] and pool.dropped[OVERLOADED] == 1
+        assert pool.dropped == {SUPERSEDED: 0, ABANDONED: 0, OVERLOADED: 1}
         gate.release.release()
         assert await running == "a1"
         assert await gate.next_started() == "b1"
