@@ -194,3 +194,8 @@ def test_a_short_run_through_a_real_server_reports_consistent_counts(tmp_path: P
     assert complete["clean"] == 1
     assert complete["latency_ms"]["audio_end"]["p50"] > 0
     assert complete["latency_ms"]["committed"]["p50"] > 0
+    # The eot-bench row of the clean espeak turns: one pause (the hesitation), two ends.
+    assert (
+        server_vad["eot_bench"]["espeak"]["holds"],
+        server_vad["eot_bench"]["espeak"]["eots"],
+    ) == (1, 2)
