@@ -10,6 +10,7 @@ committed: the recordings live in the cache (the temp dir, like the espeak sets)
 from __future__ import annotations
 
 import fnmatch
+import os
 import shutil
 import subprocess
 import sys
@@ -149,7 +150,15 @@ def _extract_sdist(archive: Path, source: Source, root: Path) -> None:
 
 
 def _apt_download(source: Source, work: Path) -> Path:
-    _run(["apt-get", "download", f"{source.package}={source.version}"], work)
+    argv = ["apt-get", "download", f"{source.package}={source.version}"]
+    try:
+        _run(argv, work)
+    except FetchFailed:
+        # A fresh machine has no package lists yet; root may fetch them once.
+        if os.geteuid() != 0:
+            raise
+        _run(["apt-get", "update", "-qq"], work)
+        _run(argv, work)
     debs = list(work.glob("*.deb"))
     if not debs:
         raise FetchFailed(f"apt-get download {source.package} left no .deb")

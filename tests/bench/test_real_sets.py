@@ -214,3 +214,27 @@ def test_each_clean_set_counts_in_its_voices_row_and_noisy_sets_in_none() -> Non
     assert eot_group("hesitation") == "espeak"
     assert eot_group("real-complete-held") == "real-held"
     assert eot_group("real-snr10-dev") is None and eot_group("snr5") is None
+
+
+def test_a_debian_download_refused_for_want_of_package_lists_updates_them_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], cwd: Path) -> None:
+        calls.append(argv)
+        if len(calls) == 1:
+            raise recorded.FetchFailed("no lists")
+        if argv[1] == "download":
+            (cwd / "p_1_all.deb").write_bytes(b"")
+
+    monkeypatch.setattr(recorded, "_run", run)
+    monkeypatch.setattr(recorded.os, "geteuid", lambda: 0)
+    deb = recorded._apt_download(recorded.BY_NAME["asterisk"], tmp_path)
+    assert deb.name == "p_1_all.deb"
+    pin = "asterisk-core-sounds-en-wav=1.6.1-1"
+    assert calls == [
+        ["apt-get", "download", pin],
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "download", pin],
+    ]
