@@ -96,8 +96,13 @@ def latency_at_cutoff(points: list[tuple[float, float]], budget: float) -> float
 def summarize(all_silences: list[Silence]) -> dict[str, object]:
     points = sweep(all_silences)
     holds = [s for s in all_silences if not s.eot and HOLD_S[0] <= s.duration_s <= HOLD_S[1]]
+    # Also the plain reading of "at a 300 ms action delay": that delay, no timeout.
+    at_delay = {
+        f"{a * 1000:.0f}ms": operating_point(all_silences, a, math.inf) for a in LATENCY_BUDGETS_S
+    }
     return {
         "holds": len(holds),
+        "cutoff_at_action_delay": {k: None if p is None else p[0] for k, p in at_delay.items()},
         "eots": sum(s.eot for s in all_silences),
         "cutoff_at_latency": {
             f"{b * 1000:.0f}ms": cutoff_at_latency(points, b) for b in LATENCY_BUDGETS_S

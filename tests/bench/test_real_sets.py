@@ -190,6 +190,8 @@ def test_the_budgets_pick_the_best_point_of_the_sweep() -> None:
     summary = eot_metrics.summarize(HESITANT)
     assert summary["holds"] == 2 and summary["eots"] == 2
     assert summary["latency_ms_at_cutoff"] == {"5%": 700, "10%": 700}
+    # At a fixed 300 ms delay the first pause (fired at 500 ms, 700 ms long) is cut.
+    assert summary["cutoff_at_action_delay"] == {"300ms": 0.5, "600ms": 0.5}
 
 
 def test_a_turn_end_never_detected_has_no_finite_dead_air_without_a_timeout() -> None:
