@@ -10,7 +10,10 @@ questions, sentences with a 600-900 ms mid-sentence hesitation, and the question
 server_vad with Silero and with webrtcvad, semantic_vad at each eagerness (reported as
 not supported when the server refuses it). Prints per mode and set the cut-offs, missed
 and extra turns and the end-of-turn latency after the true end of speech; writes JSON
-to bench/results/turns.json (or --out).
+to bench/results/turns.json (or --out). Beside it the same turns of recorded human
+speech (--voices; fetched once from PyPI and Debian packages into the temp dir,
+bench/turns/recorded.py), in a development and a held-back part, and eot-bench style
+figures per mode (bench/turns/eot_metrics.py).
 
 `--scenarios interruptions` measures instead what the server does with sound heard
 while the assistant talks (bench/turns/interruptions.py): backchannels, non-speech
@@ -28,8 +31,10 @@ import time
 from pathlib import Path
 
 from bench.turns import interruptions
-from bench.turns.corpus import SETS, make_corpus
+from bench.turns.corpus import SETS, Corpus, make_corpus
 from bench.turns.interrupt_score import table as interruption_table
+from bench.turns.real_sets import REAL_SETS, make_real_corpus
+from bench.turns.recorded import FetchFailed
 from bench.turns.report import build, table, write
 from bench.turns.run import MODES, TURN_MODES, run
 from bench.turns.scenarios import KINDS, make_scenarios
@@ -56,7 +61,14 @@ def parser() -> argparse.ArgumentParser:
         " server_vad/webrtc, semantic_vad/auto and server_vad/silero+instant, +aec and"
         " +aec3 for interruptions",
     )
-    p.add_argument("--sets", nargs="+", choices=SETS, default=SETS)
+    p.add_argument(
+        "--voices",
+        choices=["espeak", "real", "both"],
+        default="both",
+        help="espeak-ng sets, recorded human speech fetched from packages"
+        " (bench/turns/real_sets.py), or both side by side (default; turns only)",
+    )
+    p.add_argument("--sets", nargs="+", choices=SETS + REAL_SETS, help="default: every set")
     p.add_argument("--limit", type=int, help="at most this many items per set (or kind)")
     p.add_argument("--seed", type=int, default=15)
     p.add_argument(
@@ -88,16 +100,26 @@ def main_interruptions(args: argparse.Namespace) -> int:
     return 0
 
 
+def voices(which: str, espeak: Corpus) -> Corpus:
+    """The espeak set, the real-voice sets (noise from the espeak babble), or both."""
+    if which == "espeak":
+        return espeak
+    real = make_real_corpus(espeak.seed, espeak.babble)
+    items = real.items if which == "real" else espeak.items + real.items
+    return Corpus(espeak.seed, items, espeak.babble)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.scenarios == "interruptions":
         return main_interruptions(args)
     try:
-        corpus = make_corpus(args.seed)
-    except EspeakMissing as missing:
+        corpus = voices(args.voices, make_corpus(args.seed))
+    except (EspeakMissing, FetchFailed) as missing:
         print(missing, file=sys.stderr)
         return 2
-    items = [it for s in args.sets for it in [i for i in corpus.items if i.set == s][: args.limit]]
+    sets = args.sets or dict.fromkeys(i.set for i in corpus.items)
+    items = [it for s in sets for it in [i for i in corpus.items if i.set == s][: args.limit]]
     modes = [MODES[name] for name in args.modes or TURN_MODES]
     t0 = time.monotonic()
     results = asyncio.run(run(modes, corpus, items, args.speed, args.concurrency))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.turns.corpus import SETS
+from bench.turns import eot_metrics
 from bench.turns.run import LEAD_MS, ModeResult
 from bench.turns.score import summarize
 from bench.turns.stream import CHUNK_MS
@@ -25,11 +25,13 @@ def mode_report(result: ModeResult) -> dict[str, Any]:
     }
     if result.refused is not None:
         return out | {"note": f"{NOT_SUPPORTED} ({result.refused})", "sets": {}, "items": []}
+    sets = dict.fromkeys(r.item.set for r in result.items)  # in the order streamed
     by_set = {
         s: [r.outcome for r in result.items if r.item.set == s and r.outcome is not None]
-        for s in SETS
+        for s in sets
     }
     out["sets"] = {s: summarize(outcomes) for s, outcomes in by_set.items() if outcomes}
+    out["eot_bench"] = eot_bench(result)
     out["errors"] = sorted({code for r in result.items for code in r.streamed.error_codes})
     out["items"] = [
         {
@@ -45,6 +47,28 @@ def mode_report(result: ModeResult) -> dict[str, Any]:
         for r in result.items
     ]
     return out
+
+
+def eot_group(set_name: str) -> str | None:
+    """Which eot-bench row a set's items count in: the clean turns of each voice set
+    ("espeak", "real-dev", "real-held"); noisy sets in none."""
+    if "snr" in set_name:
+        return None
+    return f"real-{set_name.rsplit('-', 1)[1]}" if set_name.startswith("real-") else "espeak"
+
+
+def eot_bench(result: ModeResult) -> dict[str, Any]:
+    groups: dict[str, list[eot_metrics.Silence]] = {}
+    for r in result.items:
+        group = eot_group(r.item.set)
+        if group is None or not r.streamed.sent_t:
+            continue
+        spans = [(a + LEAD_MS, b + LEAD_MS) for a, b in r.item.segments]
+        found = eot_metrics.silences(
+            spans, result.mode.trail_ms, r.streamed.turns, r.streamed.sent_t, CHUNK_MS
+        )
+        groups.setdefault(group, []).extend(found)
+    return {g: eot_metrics.summarize(found) for g, found in groups.items()}
 
 
 def build(
@@ -85,7 +109,29 @@ def table(report: dict[str, Any]) -> str:
                 f" | {s['missed']} ({s['unended_turns']})"
                 f" | {s['extra_turns']} | " + " | ".join(cells)
             )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *eot_table(report)])
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def eot_table(report: dict[str, Any]) -> list[str]:
+    """eot-bench's operating points per mode and voice set (bench/turns/eot_metrics.py)."""
+    lines = [
+        "eot-bench style (clean complete + hesitation turns): false cut-offs of mid-turn"
+        " pauses at a mean dead-air budget; mean dead air (ms) at a false cut-off budget",
+        "mode | voices | pauses | turn ends | cut-offs @300ms | @600ms | dead air @5% | @10%",
+    ]
+    for mode in report["modes"]:
+        for group, e in mode.get("eot_bench", {}).items():
+            cut, dead = e["cutoff_at_latency"], e["latency_ms_at_cutoff"]
+            lines.append(
+                f"{mode['mode']} | {group} | {e['holds']} | {e['eots']}"
+                f" | {_pct(cut['300ms'])} | {_pct(cut['600ms'])}"
+                f" | {_ms(dead['5%'])} | {_ms(dead['10%'])}"
+            )
+    return lines
 
 
 def write(report: dict[str, Any], path: Path) -> None:

@@ -172,7 +172,7 @@ def test_a_short_run_through_a_real_server_reports_consistent_counts(tmp_path: P
     (measured, or reported as not supported by this server)."""
     require_espeak()
     out = tmp_path / "turns.json"
-    args = ["--limit", "1", "--speed", "4", "--out", str(out), "--seed", "15"]
+    args = ["--limit", "1", "--speed", "4", "--out", str(out), "--seed", "15", "--voices", "espeak"]
     assert main([*args, "--modes", "server_vad/silero", "semantic_vad/auto"]) == 0
     report = json.loads(out.read_text())
     assert (report["seed"], report["speed"], report["chunk_ms"]) == (15, 4.0, 20)
@@ -194,3 +194,8 @@ def test_a_short_run_through_a_real_server_reports_consistent_counts(tmp_path: P
     assert complete["clean"] == 1
     assert complete["latency_ms"]["audio_end"]["p50"] > 0
     assert complete["latency_ms"]["committed"]["p50"] > 0
+    # The eot-bench row of the clean espeak turns: one pause (the hesitation), two ends.
+    assert (
+        server_vad["eot_bench"]["espeak"]["holds"],
+        server_vad["eot_bench"]["espeak"]["eots"],
+    ) == (1, 2)
