@@ -195,6 +195,11 @@ class Settings(BaseSettings):
     # for people and apps; it stops one key from churning sessions. 0: no pacing.
     new_sessions_per_key_per_minute: int = Field(default=120, ge=0)
     new_sessions_burst: int = Field(default=60, ge=1)
+    # semantic_vad also reads the words of a pause: the bundled SmolLM2 scores the
+    # speculative transcript and its score moves Smart Turn's (engine/turn_fusion.py).
+    # Costs ~70 ms of one core per pause and needs the executor's own recognizer
+    # (embedded, vllm, openai_compat); off by default, see docs/turn-taking.md.
+    text_end_of_turn: bool = False
 
     @field_validator("log_level", mode="before")
     @classmethod
