@@ -19,6 +19,7 @@ session at most one call running and one waiting, sessions take turns.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -40,6 +41,7 @@ END_TOKENS = ("<|im_end|>", ".", "?", "!")
 # Longer transcripts keep their last words: the end of a turn is decided there, and
 # the cost grows with the prompt.
 MAX_WORDS = 60
+_TRAILING = re.compile(r"[\s.,;:!?\u2026-]+$")
 
 
 class Forward(Protocol):
@@ -55,8 +57,11 @@ class Tokenize(Protocol):
 
 
 def user_prompt(text: str) -> str:
-    """The chat prompt up to the end of the user's words (ChatML, as SmolLM2's)."""
-    words = text.split()[-MAX_WORDS:]
+    """The chat prompt up to the end of the user's words (ChatML, as SmolLM2's).
+    Whisper's closing punctuation goes: it guesses it from the intonation, and on a
+    phrase cut at a hesitation ("I need to buy.") it would tell the LM the sentence is
+    done (the espeak hesitations scored 0.01-0.5 with it, 8 in 10 under 1e-3 without)."""
+    words = _TRAILING.sub("", text).split()[-MAX_WORDS:]
     return f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{' '.join(words)}"
 
 

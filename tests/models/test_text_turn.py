@@ -24,11 +24,14 @@ def test_the_end_mass_is_the_softmax_of_the_end_tokens() -> None:
 
 
 def test_the_prompt_ends_with_the_users_last_words() -> None:
-    prompt = user_prompt("  What time  is it")
+    prompt = user_prompt("  What time  is it?")
     assert prompt.startswith("<|im_start|>system\n")
     assert prompt.endswith("<|im_end|>\n<|im_start|>user\nWhat time is it")
     long = " ".join(str(i) for i in range(MAX_WORDS + 5))
     assert user_prompt(long).endswith("user\n" + " ".join(long.split()[5:]))
+    # Whisper's guessed closing punctuation goes, whatever it is.
+    assert user_prompt("I need to buy...").endswith("\nI need to buy")
+    assert user_prompt("set an alarm for\u2026 ").endswith("\nset an alarm for")
 
 
 class Forward:
@@ -63,11 +66,12 @@ def smollm() -> TextTurnModel:
 
 FINISHED = [
     "What is the weather like in Paris today?",
-    "Can you tell me a joke?",
+    "How do I get to the nearest train station?",
     "Tell me about the history of Rome.",
 ]
 UNFINISHED = [
     "I would like to book a table for",
+    "my flight leaves on.",  # Whisper's guess at a cut-off phrase
     "So I was thinking that maybe we could",
     "My name is",
 ]
