@@ -197,8 +197,9 @@ class Settings(BaseSettings):
     new_sessions_burst: int = Field(default=60, ge=1)
     # semantic_vad also reads the words of a pause: the bundled SmolLM2 scores the
     # speculative transcript and its score moves Smart Turn's (engine/turn_fusion.py).
-    # Costs ~70 ms of one core per pause and needs the executor's own recognizer
-    # (embedded, vllm, openai_compat); off by default, see docs/turn-taking.md.
+    # Costs ~60 ms of one core per pause and needs the executor's own recognizer
+    # (cascade, vllm, openai_compat). Off by default: on 2 shared cores the transcript
+    # came too late to change the espeak results (docs/turn-taking.md).
     text_end_of_turn: bool = False
 
     @field_validator("log_level", mode="before")

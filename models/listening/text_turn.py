@@ -8,8 +8,9 @@ end is `<|im_end|>` or a closing ". ? !" (which the model writes before `<|im_en
 when the transcript has none): one forward pass over the prompt, the mass of those
 tokens at its last position.
 
-Measured on this host (2 cores, AVX512-VNNI, int8, one thread, load ~1.5 from other
-work): p50 67 ms, p90 90 ms per decision for 5-25 word transcripts. It runs on its own
+Measured on this host (2 cores, AVX512-VNNI, int8, one thread, `python -m
+bench.text_turn`): p50 57 ms, p90 68 ms per decision for 5-25 word transcripts at
+load 1.3, 98/150 ms at load 5.7. It runs on its own
 thread behind a FairPool (models/listening/fair_pool.py), as Smart Turn does: each
 session at most one call running and one waiting, sessions take turns.
 
