@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from engine.end_of_turn import EndOfTurnModel
 from engine.semantic_turns import turn_audio
+from engine.turn_fusion import SoundAndWords, Transcript
 from models.base import PCM_RATE
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,11 @@ class PauseScoring:
         # The one scoring in flight: (request number, pause id, task).
         self._scoring: tuple[int, int, asyncio.Task[None]] | None = None
 
-    def score(self, pause_id: int, audio: npt.NDArray[np.int16]) -> None:
-        """Ask the model about the turn so far (`audio`, its latest window)."""
+    def score(
+        self, pause_id: int, audio: npt.NDArray[np.int16], transcript: Transcript | None = None
+    ) -> None:
+        """Ask the model about the turn so far (`audio`, its latest window, and its
+        words once `transcript()` has them, if the model reads words)."""
         model = self.model
         if model is None:
             return
@@ -55,7 +59,10 @@ class PauseScoring:
         async def score() -> None:
             try:
                 pcm = await asyncio.to_thread(turn_audio, audio, PCM_RATE)
-                probability = await model.probability(pcm)
+                if transcript is not None and isinstance(model, SoundAndWords):
+                    probability = await model.probability_with_words(pcm, transcript)
+                else:
+                    probability = await model.probability(pcm)
             except asyncio.CancelledError:
                 raise
             except Exception:

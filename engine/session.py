@@ -549,7 +549,8 @@ class Session:
             return
         window = self.buffer.ms_to_pos(round(END_OF_TURN_WINDOW_S * 1000))
         start = max(self._speech[1], self.buffer.end - window)
-        self.turns.scoring.score(pause_id, self.buffer.copy(start, self.buffer.end))
+        words = partial(self.executor.speculative_text, self._speech[0])
+        self.turns.scoring.score(pause_id, self.buffer.copy(start, self.buffer.end), words)
 
     async def _on_end_of_turn_scored(self, message: EndOfTurnScored) -> None:
         decided = self.turns.scored(message)

@@ -154,6 +154,11 @@ class Executor(ABC):
         emits anything. The response asked for once the turn commits may adopt it in
         `generate` if its prompt has the same `prompt_key`."""
 
+    async def speculative_text(self, item_id: str) -> str | None:
+        """The transcript of `prepare_early`'s recognition of `item_id` once done
+        (None: none, e.g. no recognizer here, or recognition was busy)."""
+        return None
+
     def discard_speculation(self, item_id: str) -> None:  # noqa: B027 - optional hook
         """Throw away `prepare_early`'s (and `answer_early`'s) work on `item_id`:
         the turn went on, or was dropped."""

@@ -31,6 +31,9 @@ class SpeculatingExecutor(Executor):
         if prompt.items and self._may_answer_early():
             self.responses.begin(prompt, prompt.items[-1].id)
 
+    async def speculative_text(self, item_id: str) -> str | None:
+        return await self.transcripts.speculative_text(item_id)
+
     def discard_speculation(self, item_id: str) -> None:
         self.responses.discard(item_id)
         self.transcripts.discard(item_id)

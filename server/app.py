@@ -23,10 +23,13 @@ from fastapi.staticfiles import StaticFiles
 from engine.mcp.client import StreamableHttpMcp
 from engine.mcp.egress import policy_of
 from engine.observer import Observer
+from engine.turn_fusion import SoundAndWords
 from engine.vad import VadBackend
 from models.base import Executor
+from models.cascade.llm import bundled_ct2
 from models.listening.hearing import WhisperHearing
 from models.listening.smart_turn import load_smart_turn
+from models.listening.text_turn import load_text_turn
 from models.listening.vad import SileroOnnxBackend, WebRtcVadBackend
 from models.listening.vad_batch import VadBatcher
 from models.scripted import ScriptedExecutor, read_speech
@@ -168,6 +171,9 @@ def create_app(
     # semantic_vad's end-of-turn model (Smart Turn), one per process; None with a
     # warning when it cannot load, and semantic_vad turns then end on fixed silence.
     end_of_turn = load_smart_turn(queue_limit=settings.model_queue_limit)
+    # PARLEY_TEXT_END_OF_TURN: the words of a pause move Smart Turn's score.
+    text_turn = load_text_turn(bundled_ct2) if settings.text_end_of_turn and end_of_turn else None
+    scorer = SoundAndWords(end_of_turn, text_turn) if end_of_turn and text_turn else end_of_turn
     # Hears speech held while the assistant talks (turn_detection.interruption, on by
     # default); its model loads in the background once the server starts.
     hearing = WhisperHearing(settings.hearing_model, queue_limit=settings.model_queue_limit)
@@ -181,6 +187,8 @@ def create_app(
         hearing.pool.on_drop = metrics.dropped_by("hearing")
         if end_of_turn is not None:
             end_of_turn.pool.on_drop = metrics.dropped_by("end_of_turn")
+        if text_turn is not None:
+            text_turn.pool.on_drop = metrics.dropped_by("text_end_of_turn")
     observers = compose([observer, metered, LogObserver()])
 
     def queued() -> int:
@@ -210,6 +218,8 @@ def create_app(
                 vad.close()
             if end_of_turn is not None:
                 end_of_turn.close()
+            if text_turn is not None:
+                text_turn.close()
             hearing.close()
             if owned:
                 await model_executor.aclose()
@@ -254,7 +264,7 @@ def create_app(
         model_executor,
         vad,
         observers,
-        end_of_turn=end_of_turn,
+        end_of_turn=scorer,
         hearing=hearing,
         mcp_client=mcp_client,
     )

@@ -203,6 +203,12 @@ class Settings(BaseSettings):
     # their pace instead of waiting behind a line as long as the server is busy. 4:
     # what `make eval-turns`' four streams at once never exceed; 0: only a free thread.
     model_queue_limit: int = Field(default=4, ge=0)
+    # semantic_vad also reads the words of a pause: the bundled SmolLM2 scores the
+    # speculative transcript and its score moves Smart Turn's (engine/turn_fusion.py).
+    # Costs ~60 ms of one core per pause and needs the executor's own recognizer
+    # (cascade, vllm, openai_compat). Off by default: on 2 shared cores the transcript
+    # came too late to change the espeak results (docs/turn-taking.md).
+    text_end_of_turn: bool = False
 
     @field_validator("log_level", mode="before")
     @classmethod

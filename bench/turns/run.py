@@ -130,8 +130,9 @@ async def run_mode(
 
 
 def server_target(backend: str) -> Target:
-    """`parley serve --executor scripted` from this checkout with this VAD backend."""
-    target = serve_target("scripted")
+    """`parley serve --executor scripted` from this checkout with this VAD backend
+    (PARLEY_EVAL_EXECUTOR=cascade: with a recognizer, for PARLEY_TEXT_END_OF_TURN)."""
+    target = serve_target(os.environ.get("PARLEY_EVAL_EXECUTOR", "scripted"))
     target.argv += ["--vad-backend", backend]
     target.name = f"turns-{backend}"
     return target

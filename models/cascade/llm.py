@@ -113,6 +113,13 @@ def converted_dir(gguf: Path, quantization: str) -> Path:
     return target
 
 
+def bundled_ct2() -> tuple[Path, str]:
+    """The bundled SmolLM2's CTranslate2 directory (converted once) and the compute
+    type for this CPU: what the text end-of-turn scorer loads
+    (models/listening/text_turn.py)."""
+    return converted_dir(bundled_gguf(), "float32"), default_compute_type(cpu_flags())
+
+
 class Ct2LanguageModel:
     def __init__(
         self,

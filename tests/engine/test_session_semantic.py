@@ -3,15 +3,18 @@ VAD, and a fake end-of-turn model whose answers the test releases."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from bench.speech import load_wav, silence
-from engine.end_of_turn import END_OF_TURN_RATE
+from engine.end_of_turn import END_OF_TURN_RATE, EndOfTurnModel
 from engine.pause_scoring import EndOfTurnScored
 from engine.semantic_turns import FALLBACK_SILENCE_MS
+from engine.turn_fusion import SoundAndWords
+from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
 from tests.support.end_of_turn import FakeEndOfTurn
 from tests.support.harness import Harness
@@ -148,3 +151,50 @@ async def test_a_score_for_another_request_is_ignored() -> None:
         pending.set_result(1.0)  # the answer to the request in flight does end it
         await h.settle()
         assert len(h.of("input_audio_buffer.committed")) == 1
+
+
+class SureSounding:
+    """Smart Turn as sure of an unfinished phrase as it often is (0.75: auto ends
+    the turn after its 150 ms)."""
+
+    async def probability(self, pcm: npt.NDArray[np.int16]) -> float | None:
+        return 0.75
+
+
+class Unfinished:
+    """The text model on "I would like to book a table for"."""
+
+    async def probability(self, text: str) -> float | None:
+        return 1e-5 if text.endswith("for") else None
+
+
+@dataclass
+class Transcribing(ScriptedExecutor):
+    """A scripted executor whose speculative recognition heard an unfinished phrase."""
+
+    asked: list[str] = field(default_factory=list)
+
+    async def speculative_text(self, item_id: str) -> str | None:
+        self.asked.append(item_id)
+        return "I would like to book a table for"
+
+
+async def pause_commits(end_of_turn: EndOfTurnModel) -> tuple[bool, Transcribing]:
+    """Whether a second of silence after a phrase ends the turn (semantic_vad auto)."""
+    executor = Transcribing()
+    async with Harness(executor=executor, end_of_turn=end_of_turn) as h:
+        await h.send(semantic_update())
+        await h.settle()
+        await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
+        await append_chunked(h, silence(1000))
+        await h.settle()
+        return bool(h.of("input_audio_buffer.committed")), executor
+
+
+async def test_the_words_hold_a_turn_the_sound_alone_would_end() -> None:
+    committed, executor = await pause_commits(SureSounding())
+    assert committed and executor.asked == []  # the sound alone: ended at 150 ms
+    reading = SoundAndWords(SureSounding(), Unfinished(), budget_s=60)
+    committed, executor = await pause_commits(reading)
+    assert not committed  # the unfinished phrase needs ~2.5 s of silence at auto
+    assert executor.asked and reading.stats.fused >= 1
