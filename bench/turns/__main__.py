@@ -4,8 +4,10 @@ Run from the repository root:  .venv/bin/python -m bench.turns  (or `make eval-t
 
 A seeded set made at run time by espeak-ng (cached in the temp dir per seed): complete
 questions, sentences with a 600-900 ms mid-sentence hesitation, and the questions at
-10 and 5 dB SNR under babble and pink noise. Each item is streamed at real time in
-20 ms appends (microphone silence or noise before and after the speech) through
+10 and 5 dB SNR under babble and pink noise, and three questions in a row under
+continuous noise (bench/turns/consecutive.py, scored per question). Each item is
+streamed at real time in 20 ms appends (microphone silence or noise before and after
+the speech) through
 `parley serve --executor scripted` started here, several streams at once, per mode:
 server_vad with Silero and with webrtcvad, semantic_vad at each eagerness (reported as
 not supported when the server refuses it). Prints per mode and set the cut-offs, missed
@@ -27,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.turns import interruptions
+from bench.turns import consecutive, interruptions
 from bench.turns.corpus import SETS, make_corpus
 from bench.turns.interrupt_score import table as interruption_table
 from bench.turns.report import build, table, write
@@ -56,7 +58,9 @@ def parser() -> argparse.ArgumentParser:
         " server_vad/webrtc, semantic_vad/auto and server_vad/silero+instant, +aec and"
         " +aec3 for interruptions",
     )
-    p.add_argument("--sets", nargs="+", choices=SETS, default=SETS)
+    p.add_argument(
+        "--sets", nargs="+", choices=SETS + consecutive.SETS, default=SETS + consecutive.SETS
+    )
     p.add_argument("--limit", type=int, help="at most this many items per set (or kind)")
     p.add_argument("--seed", type=int, default=15)
     p.add_argument(
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenarios == "interruptions":
         return main_interruptions(args)
     try:
-        corpus = make_corpus(args.seed)
+        corpus = consecutive.with_consecutive(make_corpus(args.seed))
     except EspeakMissing as missing:
         print(missing, file=sys.stderr)
         return 2

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.turns.corpus import SETS
+from bench.turns import consecutive
+from bench.turns.corpus import SETS, Item
 from bench.turns.run import LEAD_MS, ModeResult
 from bench.turns.score import summarize
 from bench.turns.stream import CHUNK_MS
@@ -30,13 +31,21 @@ def mode_report(result: ModeResult) -> dict[str, Any]:
         for s in SETS
     }
     out["sets"] = {s: summarize(outcomes) for s, outcomes in by_set.items() if outcomes}
+    asked = {s: [r for r in result.items if r.item.set == s] for s in consecutive.SETS}
+    out["questions"] = {
+        s: consecutive.summarize(
+            [consecutive.score_questions(r.streamed.turns, truth_spans(r.item)) for r in rs]
+        )
+        for s, rs in asked.items()
+        if rs
+    }
     out["errors"] = sorted({code for r in result.items for code in r.streamed.error_codes})
     out["items"] = [
         {
             "name": r.item.name,
             "voice": r.item.voice,
             "rate_wpm": r.item.rate_wpm,
-            "truth_ms": [[a + LEAD_MS, b + LEAD_MS] for a, b in r.item.segments],
+            "truth_ms": [list(span) for span in truth_spans(r.item)],
             "detected": [
                 [t.start_ms, t.end_ms, t.committed_t is not None] for t in r.streamed.turns
             ],
@@ -45,6 +54,11 @@ def mode_report(result: ModeResult) -> dict[str, Any]:
         for r in result.items
     ]
     return out
+
+
+def truth_spans(item: Item) -> list[tuple[int, int]]:
+    """The item's speech on the stream's clock."""
+    return [(a + LEAD_MS, b + LEAD_MS) for a, b in item.segments]
 
 
 def build(
@@ -85,7 +99,7 @@ def table(report: dict[str, Any]) -> str:
                 f" | {s['missed']} ({s['unended_turns']})"
                 f" | {s['extra_turns']} | " + " | ".join(cells)
             )
-    return "\n".join(lines)
+    return "\n".join(lines + consecutive.table_lines(report))
 
 
 def write(report: dict[str, Any], path: Path) -> None:
