@@ -28,11 +28,15 @@ NOISY_LEVEL = 0.035
 SETTLE_MS = 200
 # Weight of each new frame in the level: ~20 frames (~0.6 s of 32 ms frames) of memory.
 SMOOTHING = 0.05
+# A frame adds at most this score: the rising frames of a speaker's next word (0.1-0.4)
+# must not make a quiet room noisy in the pause before it; a noisy room's frames sit
+# near or above it, steadily.
+MAX_FRAME_SCORE = 0.1
 
 
 def next_level(level: float, score: float) -> float:
     """The room's level after one more settled silence frame scored `score`."""
-    return level + SMOOTHING * (score - level)
+    return level + SMOOTHING * (min(score, MAX_FRAME_SCORE) - level)
 
 
 def is_noisy(level: float) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.room_noise import (
+    MAX_FRAME_SCORE,
     NOISY_LEVEL,
     SETTLE_MS,
     RoomNoise,
@@ -18,7 +19,9 @@ from engine.vad import FrameScore
 def test_the_level_moves_toward_each_score() -> None:
     assert 0.0 < next_level(0.0, 0.2) < 0.2
     assert 0.1 < next_level(0.2, 0.1) < 0.2
-    assert next_level(0.3, 0.3) == pytest.approx(0.3)
+    assert next_level(0.05, 0.05) == pytest.approx(0.05)
+    # A loud frame counts as MAX_FRAME_SCORE.
+    assert next_level(0.0, 0.9) == pytest.approx(next_level(0.0, MAX_FRAME_SCORE))
 
 
 def test_a_room_is_noisy_only_above_the_level() -> None:
@@ -50,3 +53,12 @@ def test_babble_scores_make_a_noisy_room_and_silence_a_quiet_one() -> None:
         quiet.hear(FrameScore(i * 32, (i + 1) * 32, 0.01))
     assert is_noisy(noisy.level)
     assert not is_noisy(quiet.level)
+
+
+def test_a_speakers_rising_next_word_does_not_make_a_quiet_room_noisy() -> None:
+    room = RoomNoise(threshold=0.5)
+    for i in range(30):  # a quiet room
+        room.hear(FrameScore(i * 32, (i + 1) * 32, 0.005))
+    for i, score in enumerate([0.13, 0.3, 0.38]):  # the onset of the next word
+        room.hear(FrameScore((30 + i) * 32, (31 + i) * 32, score))
+    assert not is_noisy(room.level)
