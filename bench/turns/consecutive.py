@@ -1,7 +1,8 @@
 """Consecutive questions in a noisy room: the set that checks each question gets a turn
 of its own.
 
-Each item is three of the set's complete questions one after another, 1.5-3 s apart,
+Each item is three of the set's complete questions (all of them in order, wrapping
+round) one after another, 1.5-3 s apart,
 under continuous babble and pink noise (bench/turns/noise.py) at 10 or 5 dB SNR, from
 before the first question to the end of the stream. Built from the corpus' own
 questions (no synthesis of its own) and scored per question: a question has its own
@@ -36,9 +37,11 @@ def with_consecutive(corpus: Corpus) -> Corpus:
     rng = random.Random(f"consecutive-{corpus.seed}")
     complete = [it for it in corpus.items if it.set == "complete"]
     items: list[Item] = []
+    # Every question in the set's order, three at a time (wrapping round): each is asked.
+    order = [complete[k % len(complete)] for k in range(ITEMS_PER_SET * QUESTIONS_PER_ITEM)]
     for name, snr in SNRS_DB.items():
         for i in range(ITEMS_PER_SET):
-            asked = rng.sample(complete, QUESTIONS_PER_ITEM)
+            asked = order[i * QUESTIONS_PER_ITEM : (i + 1) * QUESTIONS_PER_ITEM]
             gaps = [rng.randint(*GAP_MS) for _ in asked[1:]]
             items.append(_item(f"{name}-{i:02d}", name, asked, gaps, snr, rng.randrange(2**31)))
     return replace(corpus, items=corpus.items + items)
