@@ -10,8 +10,9 @@ server_vad would (`noisy_room_silence_ms`); in a quiet one it waits as before.
 
 The room's level is the VAD's mean score over frames it calls silence, once the last
 speech frame is `SETTLE_MS` behind (a word's fading tail is the speaker, not the
-room), smoothed over about a second. On the evaluation's espeak set a quiet room sits
-at 0.003-0.03 and babble with pink noise at 10 dB at 0.04-0.2 (docs/turn-taking.md).
+room), each frame counted at most `MAX_FRAME_SCORE`, smoothed over about 0.6 s. On the
+evaluation's espeak set a quiet room sits at 0.003-0.016 and babble with pink noise at
+10 dB mostly at 0.05-0.1 (docs/turn-taking.md).
 Pure: times come from the frames.
 """
 
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 
 from engine.vad import FrameScore
 
-# Above this level the room is noisy: between a quiet room's highest level (~0.03)
-# and babble's lowest at 10 dB SNR (~0.04) on the evaluation set.
+# Above this level the room is noisy: twice a quiet room's highest level on the
+# evaluation set (~0.016), below most of babble's at 10 dB SNR (0.05-0.1).
 NOISY_LEVEL = 0.035
 # A silence frame counts toward the level once speech is this far behind.
 SETTLE_MS = 200
