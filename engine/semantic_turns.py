@@ -24,10 +24,12 @@ import numpy.typing as npt
 import soxr
 
 from engine.end_of_turn import END_OF_TURN_RATE, END_OF_TURN_WINDOW_S
+from engine.room_noise import RoomNoise, noisy_room_silence_ms
 from engine.turns import (
     FrameKind,
     PauseCandidate,
     ServerVadParams,
+    SpeechStarted,
     SpeechStopped,
     TurnDetector,
     classify,
@@ -130,7 +132,8 @@ class SemanticTurnDetector(TurnDetector):
     A pause (a run of silence inside a turn) becomes a candidate after
     `candidate_pause_ms`, and again every `rescore_ms` while the model is unsure;
     each candidate gets a new id, and a score for any other id is stale and ignored. With `scoring`
-    off (no model) every pause ends after `silence_needed_ms(e, None)`.
+    off (no model) every pause ends after `silence_needed_ms(e, None)`. In a noisy room
+    (engine/room_noise.py) a pause never needs more silence than server_vad's.
     """
 
     def __init__(
@@ -149,6 +152,7 @@ class SemanticTurnDetector(TurnDetector):
         self._next_score_ms = self.curve.candidate_pause_ms  # silence that raises the next one
         self._needed_ms = self._initial_needed()
         self._last_end_ms = 0
+        self.room = RoomNoise(params.threshold)  # kept across turns: it is the room's
 
     @property
     def pending_pause(self) -> int | None:
@@ -162,7 +166,7 @@ class SemanticTurnDetector(TurnDetector):
             return None  # stale: speech resumed, or the turn ended meanwhile
         self._candidate = None
         self._needed_ms = silence_needed_ms(self.eagerness, probability, self.curve)
-        if self._silence_ms < self._needed_ms:
+        if self._silence_ms < self._limit_ms():
             rescore = self.curve.rescore_ms
             if rescore is not None:
                 self._next_score_ms = self._silence_ms + rescore
@@ -176,6 +180,12 @@ class SemanticTurnDetector(TurnDetector):
         super().reset(now_ms)
         self._end_pause()
 
+    def _limit_ms(self) -> int:
+        """The silence that ends the pause now: what the score set, capped in noise."""
+        return noisy_room_silence_ms(
+            self._needed_ms, self.room.level, self.params.silence_duration_ms
+        )
+
     def _initial_needed(self) -> int:
         if self.scoring:
             return max_wait_ms(self.eagerness)
@@ -186,7 +196,12 @@ class SemanticTurnDetector(TurnDetector):
         self._needed_ms = self._initial_needed()
         self._next_score_ms = self.curve.candidate_pause_ms
 
+    def _idle_step(self, frame: FrameScore) -> SpeechStarted | None:
+        self.room.hear(frame)
+        return super()._idle_step(frame)
+
     def _speech_step(self, frame: FrameScore) -> SpeechStopped | PauseCandidate | None:
+        self.room.hear(frame)
         self._last_end_ms = frame.end_ms
         kind = classify(frame.score, self.params.threshold, in_speech=True)
         if kind is FrameKind.SPEECH:
@@ -198,7 +213,7 @@ class SemanticTurnDetector(TurnDetector):
             return None
         before = self._silence_ms or 0
         self._silence_ms = before + frame.end_ms - frame.start_ms
-        if self._silence_ms >= self._needed_ms:
+        if self._silence_ms >= self._limit_ms():
             speech_end = frame.end_ms - self._silence_ms
             self.reset(frame.end_ms)
             return SpeechStopped(audio_end_ms=frame.end_ms, speech_end_ms=speech_end)

@@ -4,8 +4,10 @@ Run from the repository root:  .venv/bin/python -m bench.turns  (or `make eval-t
 
 A seeded set made at run time by espeak-ng (cached in the temp dir per seed): complete
 questions, sentences with a 600-900 ms mid-sentence hesitation, and the questions at
-10 and 5 dB SNR under babble and pink noise. Each item is streamed at real time in
-20 ms appends (microphone silence or noise before and after the speech) through
+10 and 5 dB SNR under babble and pink noise, and three questions in a row under
+continuous noise (bench/turns/consecutive.py, scored per question). Each item is
+streamed at real time in 20 ms appends (microphone silence or noise before and after
+the speech) through
 `parley serve --executor scripted` started here, several streams at once, per mode:
 server_vad with Silero and with webrtcvad, semantic_vad at each eagerness (reported as
 not supported when the server refuses it). Prints per mode and set the cut-offs, missed
@@ -30,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.turns import interruptions
+from bench.turns import consecutive, interruptions
 from bench.turns.corpus import SETS, Corpus, make_corpus
 from bench.turns.interrupt_score import table as interruption_table
 from bench.turns.real_sets import REAL_SETS, make_real_corpus
@@ -68,7 +70,9 @@ def parser() -> argparse.ArgumentParser:
         help="espeak-ng sets, recorded human speech fetched from packages"
         " (bench/turns/real_sets.py), or both side by side (default; turns only)",
     )
-    p.add_argument("--sets", nargs="+", choices=SETS + REAL_SETS, help="default: every set")
+    p.add_argument(
+        "--sets", nargs="+", choices=SETS + consecutive.SETS + REAL_SETS, help="default: every set"
+    )
     p.add_argument("--limit", type=int, help="at most this many items per set (or kind)")
     p.add_argument("--seed", type=int, default=15)
     p.add_argument(
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenarios == "interruptions":
         return main_interruptions(args)
     try:
-        corpus = voices(args.voices, make_corpus(args.seed))
+        corpus = voices(args.voices, consecutive.with_consecutive(make_corpus(args.seed)))
     except (EspeakMissing, FetchFailed) as missing:
         print(missing, file=sys.stderr)
         return 2

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.turns import eot_metrics
+from bench.turns import consecutive, eot_metrics
+from bench.turns.corpus import Item
 from bench.turns.run import LEAD_MS, ModeResult
 from bench.turns.score import summarize
 from bench.turns.stream import CHUNK_MS
@@ -32,13 +33,21 @@ def mode_report(result: ModeResult) -> dict[str, Any]:
     }
     out["sets"] = {s: summarize(outcomes) for s, outcomes in by_set.items() if outcomes}
     out["eot_bench"] = eot_bench(result)
+    asked = {s: [r for r in result.items if r.item.set == s] for s in consecutive.SETS}
+    out["questions"] = {
+        s: consecutive.summarize(
+            [consecutive.score_questions(r.streamed.turns, truth_spans(r.item)) for r in rs]
+        )
+        for s, rs in asked.items()
+        if rs
+    }
     out["errors"] = sorted({code for r in result.items for code in r.streamed.error_codes})
     out["items"] = [
         {
             "name": r.item.name,
             "voice": r.item.voice,
             "rate_wpm": r.item.rate_wpm,
-            "truth_ms": [[a + LEAD_MS, b + LEAD_MS] for a, b in r.item.segments],
+            "truth_ms": [list(span) for span in truth_spans(r.item)],
             "detected": [
                 [t.start_ms, t.end_ms, t.committed_t is not None] for t in r.streamed.turns
             ],
@@ -52,7 +61,7 @@ def mode_report(result: ModeResult) -> dict[str, Any]:
 def eot_group(set_name: str) -> str | None:
     """Which eot-bench row a set's items count in: the clean turns of each voice set
     ("espeak", "real-dev", "real-held"); noisy sets in none."""
-    if "snr" in set_name:
+    if "snr" in set_name or set_name in consecutive.SETS:
         return None
     return f"real-{set_name.rsplit('-', 1)[1]}" if set_name.startswith("real-") else "espeak"
 
@@ -63,12 +72,17 @@ def eot_bench(result: ModeResult) -> dict[str, Any]:
         group = eot_group(r.item.set)
         if group is None or not r.streamed.sent_t:
             continue
-        spans = [(a + LEAD_MS, b + LEAD_MS) for a, b in r.item.segments]
+        spans = truth_spans(r.item)
         found = eot_metrics.silences(
             spans, result.mode.trail_ms, r.streamed.turns, r.streamed.sent_t, CHUNK_MS
         )
         groups.setdefault(group, []).extend(found)
     return {g: eot_metrics.summarize(found) for g, found in groups.items()}
+
+
+def truth_spans(item: Item) -> list[tuple[int, int]]:
+    """The item's speech on the stream's clock."""
+    return [(a + LEAD_MS, b + LEAD_MS) for a, b in item.segments]
 
 
 def build(
@@ -109,7 +123,7 @@ def table(report: dict[str, Any]) -> str:
                 f" | {s['missed']} ({s['unended_turns']})"
                 f" | {s['extra_turns']} | " + " | ".join(cells)
             )
-    return "\n".join([*lines, "", *eot_table(report)])
+    return "\n".join([*lines, *consecutive.table_lines(report), "", *eot_table(report)])
 
 
 def _pct(value: float | None) -> str:

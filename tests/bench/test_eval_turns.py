@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.turns import consecutive
 from bench.turns.__main__ import main
 from bench.turns.corpus import SETS, make_corpus
 from bench.turns.noise import mix, noise_bed, pink, speech_rms
@@ -183,7 +184,11 @@ def test_a_short_run_through_a_real_server_reports_consistent_counts(tmp_path: P
         if not mode["supported"]:
             assert mode["note"].startswith("not supported by this server")
             continue
-        assert list(mode["sets"]) == SETS and len(mode["items"]) == len(SETS)
+        assert list(mode["sets"]) == SETS + consecutive.SETS
+        assert list(mode["questions"]) == consecutive.SETS
+        assert len(mode["items"]) == len(SETS) + len(consecutive.SETS)
+        for q in mode["questions"].values():
+            assert q["own_turn"] + q["merged"] + q["split"] + q["missed"] == q["questions"] == 3
         for s in mode["sets"].values():
             assert s["items"] == 1
             assert s["cut_offs"] + s["missed"] + s["clean"] == s["items"]
