@@ -28,7 +28,7 @@ from bench.soak.audio import append_text
 from bench.soak.tally import Tally
 from bench.turns.interrupt_score import Heard, Reaction, react, summarize_kind
 from bench.turns.run import Mode, server_target
-from bench.turns.scenarios import Scenario, ScenarioSet, assistant_wav
+from bench.turns.scenarios import Scenario, assistant_wav
 from bench.turns.speaker import Speaker, echo_of
 from bench.turns.stream import CHUNK_MS, SETTLE_S, TurnConn, configure
 from models.base import PCM_RATE
@@ -200,8 +200,9 @@ async def run(modes: list[Mode], items: list[Scenario], concurrency: int) -> lis
 
 
 def group_of(item: Scenario) -> str:
-    """The report's row: the kind, echo by its level."""
-    return f"echo {item.echo_db:.0f} dB" if item.kind == "echo" else item.kind
+    """The report's row: the kind, echo by its level, recorded voices by their part."""
+    kind = f"echo {item.echo_db:.0f} dB" if item.kind == "echo" else item.kind
+    return f"{kind} real-{item.part}" if item.part else kind
 
 
 def mode_report(result: ModeRun) -> dict[str, Any]:
@@ -228,6 +229,7 @@ def mode_report(result: ModeRun) -> dict[str, Any]:
             "kind": r.item.kind,
             "text": r.item.text,
             "voice": r.item.voice,
+            "part": r.item.part,
             "audio_ms": r.item.audio_ms,
             "offset_ms": r.item.offset_ms,
             "echo_db": r.item.echo_db,
@@ -240,11 +242,9 @@ def mode_report(result: ModeRun) -> dict[str, Any]:
     return out
 
 
-def build(
-    results: list[ModeRun], made: ScenarioSet, concurrency: int, run_s: float
-) -> dict[str, Any]:
+def build(results: list[ModeRun], seed: int, concurrency: int, run_s: float) -> dict[str, Any]:
     return {
-        "seed": made.seed,
+        "seed": seed,
         "concurrency": concurrency,
         "chunk_ms": CHUNK_MS,
         "instructions": INSTRUCTIONS,
