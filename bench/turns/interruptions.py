@@ -221,7 +221,8 @@ def mode_report(result: ModeRun) -> dict[str, Any]:
         g: [r.reaction for r in result.items if group_of(r.item) == g and r.reaction is not None]
         for g in dict.fromkeys(group_of(r.item) for r in result.items)
     }
-    out["kinds"] = {g: summarize_kind(g, rs) for g, rs in by_group.items() if rs}
+    # A row's first word is its kind ("sentence real-dev", "echo -10 dB").
+    out["kinds"] = {g: summarize_kind(g.split()[0], rs) for g, rs in by_group.items() if rs}
     out["errors"] = sorted({code for r in result.items for code in r.error_codes})
     out["items"] = [
         {

@@ -10,8 +10,8 @@ import numpy as np
 from bench.turns import real_interruptions as ri
 from bench.turns.interruptions import group_of
 from bench.turns.real_sets import Segment
-from bench.turns.scenarios import Scenario
-from tests.bench.test_real_sets import tone_wav
+from bench.turns.scenarios import Scenario, write_wav
+from models.base import PCM_RATE
 
 
 def seg(speaker: str, start: int, end: int) -> Segment:
@@ -36,7 +36,8 @@ def test_a_sentence_is_long_and_nobody_talks_into_its_cut() -> None:
 
 def test_ami_items_split_by_speaker_with_their_part_in_the_report_row(tmp_path: Path) -> None:
     data = tmp_path / "ami" / "tests" / "data"
-    tone_wav(data / "x.wav", [(12000, True)])
+    t = np.arange(12 * PCM_RATE) / PCM_RATE
+    write_wav((8000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16), data / "x.wav")
     lines = [
         "SPEAKER x 1 0.0 5.0 <NA> <NA> A <NA> <NA>",
         "SPEAKER x 1 2.0 0.5 <NA> <NA> B <NA> <NA>",
@@ -59,3 +60,13 @@ def test_ami_items_split_by_speaker_with_their_part_in_the_report_row(tmp_path: 
     assert group_of(bc) == f"backchannel real-{bc.part}"
     espeak = Scenario("b", "backchannel", "yeah", "en", np.zeros(10, np.int16), 700)
     assert group_of(espeak) == "backchannel"
+
+
+def test_the_trace_weighs_each_hearing_with_the_voice_count_there() -> None:
+    from bench.turns.barge_trace import trace
+    from bench.turns.crowd import HeardAt
+    from engine.interruption import InterruptionParams
+
+    hearings = [HeardAt(200, "Okay.", True), HeardAt(300, "Two weeks.", True)]
+    rows = trace(hearings, {200: 9.0, 300: 3.5}, InterruptionParams())
+    assert [(r["heard"], r["voices"]) for r in rows] == [("backchannel", "one"), ("words", "many")]
