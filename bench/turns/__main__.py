@@ -35,11 +35,12 @@ from pathlib import Path
 from bench.turns import consecutive, interruptions
 from bench.turns.corpus import SETS, Corpus, make_corpus
 from bench.turns.interrupt_score import table as interruption_table
+from bench.turns.real_interruptions import make_real_scenarios
 from bench.turns.real_sets import REAL_SETS, make_real_corpus
 from bench.turns.recorded import FetchFailed
 from bench.turns.report import build, table, write
 from bench.turns.run import MODES, TURN_MODES, run
-from bench.turns.scenarios import KINDS, make_scenarios
+from bench.turns.scenarios import make_scenarios
 from bench.turns.synth import EspeakMissing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,9 +67,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--voices",
         choices=["espeak", "real", "both"],
-        default="both",
         help="espeak-ng sets, recorded human speech fetched from packages"
-        " (bench/turns/real_sets.py), or both side by side (default; turns only)",
+        " (bench/turns/real_sets.py, bench/turns/real_interruptions.py), or both side by"
+        " side (default: both for turns, espeak for interruptions)",
     )
     p.add_argument(
         "--sets", nargs="+", choices=SETS + consecutive.SETS + REAL_SETS, help="default: every set"
@@ -87,16 +88,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main_interruptions(args: argparse.Namespace) -> int:
+    which = args.voices or "espeak"
     try:
-        made = make_scenarios(args.seed)
-    except EspeakMissing as missing:
+        made = make_scenarios(args.seed).items if which != "real" else []
+        if which != "espeak":
+            made += make_real_scenarios(args.seed)
+    except (EspeakMissing, FetchFailed) as missing:
         print(missing, file=sys.stderr)
         return 2
-    kinds = [[i for i in made.items if i.kind == k][: args.limit] for k in KINDS]
+    groups = dict.fromkeys((i.kind, i.part) for i in made)  # --limit per kind and part
+    kinds = [[i for i in made if (i.kind, i.part) == g][: args.limit] for g in groups]
     modes = [MODES[name] for name in args.modes or interruptions.DEFAULT_MODES]
     t0 = time.monotonic()
     results = asyncio.run(interruptions.run(modes, [i for k in kinds for i in k], args.concurrency))
-    report = interruptions.build(results, made, args.concurrency, time.monotonic() - t0)
+    report = interruptions.build(results, args.seed, args.concurrency, time.monotonic() - t0)
     print(interruption_table(report))
     out = args.out or ROOT / "bench" / "results" / "interruptions.json"
     write(report, out)
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenarios == "interruptions":
         return main_interruptions(args)
     try:
-        corpus = voices(args.voices, consecutive.with_consecutive(make_corpus(args.seed)))
+        corpus = voices(args.voices or "both", consecutive.with_consecutive(make_corpus(args.seed)))
     except (EspeakMissing, FetchFailed) as missing:
         print(missing, file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ from bench.soak.audio import append_text
 from bench.soak.tally import Tally
 from bench.turns.interrupt_score import Heard, Reaction, react, summarize_kind
 from bench.turns.run import Mode, server_target
-from bench.turns.scenarios import Scenario, ScenarioSet, assistant_wav
+from bench.turns.scenarios import Scenario, assistant_wav
 from bench.turns.speaker import Speaker, echo_of
 from bench.turns.stream import CHUNK_MS, SETTLE_S, TurnConn, configure
 from models.base import PCM_RATE
@@ -200,8 +200,9 @@ async def run(modes: list[Mode], items: list[Scenario], concurrency: int) -> lis
 
 
 def group_of(item: Scenario) -> str:
-    """The report's row: the kind, echo by its level."""
-    return f"echo {item.echo_db:.0f} dB" if item.kind == "echo" else item.kind
+    """The report's row: the kind, echo by its level, recorded voices by their part."""
+    kind = f"echo {item.echo_db:.0f} dB" if item.kind == "echo" else item.kind
+    return f"{kind} real-{item.part}" if item.part else kind
 
 
 def mode_report(result: ModeRun) -> dict[str, Any]:
@@ -220,7 +221,8 @@ def mode_report(result: ModeRun) -> dict[str, Any]:
         g: [r.reaction for r in result.items if group_of(r.item) == g and r.reaction is not None]
         for g in dict.fromkeys(group_of(r.item) for r in result.items)
     }
-    out["kinds"] = {g: summarize_kind(g, rs) for g, rs in by_group.items() if rs}
+    # A row's first word is its kind ("sentence real-dev", "echo -10 dB").
+    out["kinds"] = {g: summarize_kind(g.split()[0], rs) for g, rs in by_group.items() if rs}
     out["errors"] = sorted({code for r in result.items for code in r.error_codes})
     out["items"] = [
         {
@@ -228,6 +230,7 @@ def mode_report(result: ModeRun) -> dict[str, Any]:
             "kind": r.item.kind,
             "text": r.item.text,
             "voice": r.item.voice,
+            "part": r.item.part,
             "audio_ms": r.item.audio_ms,
             "offset_ms": r.item.offset_ms,
             "echo_db": r.item.echo_db,
@@ -240,11 +243,9 @@ def mode_report(result: ModeRun) -> dict[str, Any]:
     return out
 
 
-def build(
-    results: list[ModeRun], made: ScenarioSet, concurrency: int, run_s: float
-) -> dict[str, Any]:
+def build(results: list[ModeRun], seed: int, concurrency: int, run_s: float) -> dict[str, Any]:
     return {
-        "seed": made.seed,
+        "seed": seed,
         "concurrency": concurrency,
         "chunk_ms": CHUNK_MS,
         "instructions": INSTRUCTIONS,

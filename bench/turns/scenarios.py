@@ -66,6 +66,7 @@ class Scenario:
     offset_ms: int  # from the first audio delta's arrival to the audio's first sample
     echo_db: float | None = None
     echo_delay_ms: int = 0
+    part: str = ""  # recorded voices: "dev" or "held" (bench/turns/real_interruptions.py)
 
     @property
     def audio_ms(self) -> int:
@@ -159,7 +160,7 @@ def _offset(rng: random.Random) -> int:
     return rng.randint(*OFFSET_MS)
 
 
-_FIELDS = ("name", "kind", "text", "voice", "offset_ms", "echo_db", "echo_delay_ms")
+_FIELDS = ("name", "kind", "text", "voice", "offset_ms", "echo_db", "echo_delay_ms", "part")
 
 
 def _save(made: ScenarioSet, path: Path) -> None:

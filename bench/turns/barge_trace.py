@@ -1,0 +1,113 @@
+"""Where the time goes when recorded human voices interrupt, replayed offline.
+
+Run from the repository root:  .venv/bin/python -m bench.turns.barge_trace
+
+The recorded-voice interruption set (bench/turns/real_interruptions.py): each
+interrupting sentence and backchannel is heard as the session hears held speech
+(bench/turns/crowd.py's replay: Whisper every HEAR_EVERY_MS from min_speech_ms, cached
+on disk) and decided by the engine's own held-speech object. Per item: each hearing
+(ms of speech, transcript, sure or not, what it is weighed as, the voice count at that
+point) and when the item qualifies. The first word heard (`first_words_ms`: a hearing
+weighed as words, whatever the voice count) against when it qualified says how much the
+recognizer costs and how much the voice count adds. Hearing compute time, the VAD's
+onset delay and the network are not in these figures (the live run has them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.load.stats import pct
+from bench.turns.crowd import HEARING_CACHE, HeardAt, Hearings, qualified_ms, replay_of
+from bench.turns.real_interruptions import make_real_scenarios
+from engine.interruption import Heard, InterruptionParams, voices_of, weigh
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def trace(
+    hearings: list[HeardAt], kurtosis_at: dict[int, float], params: InterruptionParams
+) -> list[dict[str, Any]]:
+    """Each hearing weighed as the session weighs it, with the voice count there."""
+    rows: list[dict[str, Any]] = []
+    previous: frozenset[str] = frozenset()
+    for h in hearings:
+        w = weigh(h.text, h.sure, previous, h.ms, params.backchannels)
+        k = kurtosis_at.get(h.ms, kurtosis_at[max(kurtosis_at)])
+        voices = voices_of(k, params).value
+        rows.append(
+            {
+                "ms": h.ms,
+                "text": h.text,
+                "sure": h.sure,
+                "heard": w.heard.value,
+                "kurtosis": round(k, 1),
+                "voices": voices,
+            }
+        )
+        previous = w.words
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    p.add_argument("--seed", type=int, default=15)
+    p.add_argument("--model", default="tiny.en")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "barge_trace.json")
+    args = p.parse_args(argv)
+    from models.listening.hearing import WhisperHearing
+
+    recognizer = WhisperHearing(args.model, threads=1, parallel=1)
+    hearings = Hearings(recognizer.hear, HEARING_CACHE, args.model)
+    params = InterruptionParams()
+    out: list[dict[str, Any]] = []
+    for s in make_real_scenarios(args.seed):
+        replay = replay_of(s.audio, hearings.of(s.audio))
+        rows = trace(list(replay.hearings), replay.kurtosis_at, params)
+        first = next((r["ms"] for r in rows if r["heard"] == Heard.WORDS.value), None)
+        out.append(
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "voice": s.voice,
+                "part": s.part,
+                "qualified_ms": qualified_ms(replay, params),
+                "first_words_ms": first,
+                "hearings": rows,
+            }
+        )
+    hearings.save()
+    recognizer.close()
+    for kind in ("sentence", "backchannel"):
+        for part in ("dev", "held"):
+            rs = [r for r in out if r["kind"] == kind and r["part"] == part]
+            q = [r["qualified_ms"] for r in rs if r["qualified_ms"] is not None]
+            f = [r["first_words_ms"] for r in rs if r["first_words_ms"] is not None]
+            print(
+                f"{kind} {part}: {len(q)}/{len(rs)} qualified at {_p(q)} ms of speech;"
+                f" first words heard at {_p(f)}"
+            )
+    for r in out:
+        heard = " | ".join(_hearing(h) for h in r["hearings"][:8])
+        print(r["name"], r["voice"], "q", r["qualified_ms"], "first", r["first_words_ms"], heard)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+def _p(values: list[float]) -> str:
+    """p50/p90, or "-" for none."""
+    return f"{pct(values, 50):.0f}/{pct(values, 90):.0f}" if values else "-"
+
+
+def _hearing(h: dict[str, Any]) -> str:
+    unsure = "" if h["sure"] else "?"
+    return f"{h['ms']}:{h['text']!r}{unsure}={h['heard']}/{h['voices']}({h['kurtosis']})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
