@@ -35,6 +35,7 @@ from engine.interruption import (
     weigh,
 )
 from engine.turns import SpeechStopped
+from engine.user_voice import VoiceProfile, learned, level_of, profile_of, sounds_like
 from models.base import PCM_RATE
 from models.listening.crowd import kurtosis
 from models.listening.hearing import Hearing
@@ -190,6 +191,15 @@ class HeldSpeech:
         self._measure = measure
         self._requests = 0
         self.held: Held | None = None
+        # The user's voice from their turns said while the assistant was silent
+        # (engine/user_voice.py); None until the first.
+        self.user: VoiceProfile | None = None
+
+    def learn(self, turn: Pcm16) -> None:
+        """A turn of the user's, said while the assistant was silent: their voice."""
+        profile = profile_of(turn[-CROWD_WINDOW:])
+        if profile is not None:
+            self.user = learned(self.user, profile)
 
     @property
     def ended(self) -> bool:
@@ -333,4 +343,8 @@ class HeldSpeech:
         start = max(held.start, buffer.ms_to_pos(held.onset_ms), end - CROWD_WINDOW)
         if end - start < CROWD_LEAST:
             return Voices.ONE  # too little to tell: words count as they were heard
-        return voices_of(self._measure(buffer.copy(start, end)), params)
+        pcm = buffer.copy(start, end)
+        measured = self._measure(pcm)
+        if params.crowd_kurtosis and self.user and sounds_like(self.user, level_of(pcm), measured):
+            return Voices.ONE  # the user's own voice, as their turns taught it
+        return voices_of(measured, params)

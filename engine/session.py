@@ -449,6 +449,9 @@ class Session:
             if self.held.stopped(event, frame_received):
                 await self._advance_held()
                 return
+            if self._speech is not None and not self._assistant_audible():
+                end = self.buffer.ms_to_pos(event.speech_end_ms or event.audio_end_ms)
+                self.held.learn(self.buffer.copy(self._speech[1], end))  # the user's voice
             await self._speech_stopped(event, frame_received)
 
     async def _speech_started(self, item_id: str, audio_start_ms: int) -> None:

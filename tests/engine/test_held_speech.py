@@ -19,6 +19,7 @@ from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
 from tests.support.fake_hearing import FakeHearing
 from tests.support.harness import Harness
+from tests.support.held import babble, babble_heard_as_words, finish, handled, speaking
 
 
 def update(**interruption: Any) -> dict[str, Any]:
@@ -27,22 +28,6 @@ def update(**interruption: Any) -> dict[str, Any]:
         "type": "session.update",
         "session": {"type": "realtime", "audio": {"input": {"turn_detection": detection}}},
     }
-
-
-async def handled(h: Harness) -> None:
-    """Until every message is handled and its events read, for 20 loop turns in a row
-    (the answer is held open by the test, so the session never goes idle)."""
-    s, quiet = h.session, 0
-    while quiet < 20:
-        await h.steps(1)
-        quiet = quiet + 1 if s.handled() and not len(s.outbox) else 0
-
-
-async def speaking(h: Harness) -> str:
-    """An answer that streams until the test lets it finish; its id."""
-    await h.send({"type": "response.create"})
-    await h.run_until(lambda: bool(h.of("response.created")))
-    return str(h.of("response.created")[0]["response"]["id"])
 
 
 def spoken(*names: str, gap_ms: int = 900) -> npt.NDArray[np.int16]:
@@ -77,12 +62,6 @@ async def plays_on(h: Harness, executor: ScriptedExecutor) -> None:
     finish(executor)
     await h.settle()
     assert [r["status"] for r in h.responses_done()] == ["completed"]
-
-
-def finish(executor: ScriptedExecutor) -> None:
-    assert executor.chunk_gate is not None
-    for _ in range(1000):
-        executor.chunk_gate.release()
 
 
 async def test_a_backchannel_is_no_turn_and_the_answer_plays_on() -> None:
@@ -264,12 +243,6 @@ async def test_a_sure_hearing_of_very_short_speech_waits_for_the_next() -> None:
         finish(executor)
 
 
-def babble() -> npt.NDArray[np.int16]:
-    """1.5 s of five espeak-ng talkers over each other, as loud as a user: a babble burst
-    of `make eval-turns`' interruption set."""
-    return [it.audio for it in make_scenarios(15).items if it.text == "babble"][1]
-
-
 @pytest.mark.parametrize(
     ("count", "interrupts"),
     [({}, False), ({"crowd_kurtosis": 0, "one_voice_kurtosis": 0}, True)],
@@ -285,12 +258,7 @@ async def test_background_talk_never_interrupts_however_sure_its_words(
     async with Harness(executor, hearing=hearing) as h:
         await h.send(update(**count))
         await speaking(h)
-        audio, step = np.concatenate([silence(300), babble(), silence(900)]), 24_000 // 10
-        for at in range(0, len(audio), step):  # answered as it comes
-            await append_chunked(h, audio[at : at + step])
-            await handled(h)
-            while hearing.answer("No, I don't."):
-                await handled(h)
+        await babble_heard_as_words(h, hearing)
         if interrupts:
             assert len(hearing.calls) == 1
             assert len(h.of("input_audio_buffer.speech_started")) == 1
