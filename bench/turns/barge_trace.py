@@ -9,7 +9,10 @@ on disk) and decided by the engine's own held-speech object. Per item: each hear
 (ms of speech, transcript, sure or not, what it is weighed as, the voice count at that
 point) and when the item qualifies. The first word heard (`first_words_ms`: a hearing
 weighed as words, whatever the voice count) against when it qualified says how much the
-recognizer costs and how much the voice count adds. Hearing compute time, the VAD's
+recognizer costs and how much the voice count adds. Each item's session knows its
+speaker's voice from an earlier turn (engine/user_voice.py: the first other sentence of
+the same voice in the set, if any; `--no-user`: none); the per-hearing voice column is
+the bands' alone. Hearing compute time, the VAD's
 onset delay and the network are not in these figures (the live run has them).
 """
 
@@ -24,7 +27,9 @@ from typing import Any
 from bench.load.stats import pct
 from bench.turns.crowd import HEARING_CACHE, HeardAt, Hearings, qualified_ms, replay_of
 from bench.turns.real_interruptions import make_real_scenarios
+from bench.turns.scenarios import Scenario
 from engine.interruption import Heard, InterruptionParams, voices_of, weigh
+from engine.user_voice import VoiceProfile, profile_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,11 +58,29 @@ def trace(
     return rows
 
 
+def earlier_turn(item: Scenario, items: list[Scenario]) -> VoiceProfile | None:
+    """The voice a session would have learned from an earlier turn of the item's
+    speaker: the first other sentence of the same voice in the set (None: the set has
+    none; the session then knows no voice)."""
+    other = next(
+        (
+            o
+            for o in items
+            if o.kind == "sentence" and o.voice == item.voice and o.name != item.name
+        ),
+        None,
+    )
+    return None if other is None else profile_of(other.audio)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--seed", type=int, default=15)
     p.add_argument("--model", default="tiny.en")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "barge_trace.json")
+    p.add_argument(
+        "--no-user", action="store_true", help="no earlier turn: the session knows no voice"
+    )
     args = p.parse_args(argv)
     from models.listening.hearing import WhisperHearing
 
@@ -65,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     hearings = Hearings(recognizer.hear, HEARING_CACHE, args.model)
     params = InterruptionParams()
     out: list[dict[str, Any]] = []
-    for s in make_real_scenarios(args.seed):
+    scenarios = make_real_scenarios(args.seed)
+    for s in scenarios:
         replay = replay_of(s.audio, hearings.of(s.audio))
+        user = None if args.no_user else earlier_turn(s, scenarios)
         rows = trace(list(replay.hearings), replay.kurtosis_at, params)
         first = next((r["ms"] for r in rows if r["heard"] == Heard.WORDS.value), None)
         out.append(
@@ -75,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                 "kind": s.kind,
                 "voice": s.voice,
                 "part": s.part,
-                "qualified_ms": qualified_ms(replay, params),
+                "qualified_ms": qualified_ms(replay, params, user),
+                "user_voice": None if user is None else [user.level_db, user.kurtosis],
                 "first_words_ms": first,
                 "hearings": rows,
             }

@@ -51,6 +51,7 @@ from engine.held_speech import HearingDone, HeldSpeech, Interrupt
 from engine.input_buffer import InputBuffer
 from engine.interruption import HEAR_EVERY_MS, InterruptionParams
 from engine.turns import SpeechStopped
+from engine.user_voice import VoiceProfile
 from models.base import PCM_RATE
 from models.listening.crowd import kurtosis
 from models.listening.hearing import PROMPT, Hearing
@@ -178,14 +179,18 @@ class _CachedEars:
         self.asked = None
 
 
-def qualified_ms(item: Replay, params: InterruptionParams) -> int | None:
+def qualified_ms(
+    item: Replay, params: InterruptionParams, user: VoiceProfile | None = None
+) -> int | None:
     """When held speech qualifies as an interruption, in ms of speech from its onset;
     None if it never does (it ends, or LONGEST_MS). The session's own held-speech
     object decides, appended to every CHUNK_MS after PADDING_MS of silence, each
-    hearing answered before the next append (its ~50 ms are not added)."""
+    hearing answered before the next append (its ~50 ms are not added). `user`: the
+    voice the session learned from the user's earlier turns (engine/user_voice.py)."""
     by_ms = {h.ms: h for h in item.hearings}
     ears, audio = _CachedEars(), _ReplayedInput()
     held = HeldSpeech(ears, measure=lambda pcm: item.kurtosis_at[len(pcm) * 1000 // PCM_RATE])
+    held.user = user
 
     def step() -> bool:
         """One step, and one more after each hearing it asks for; whether it interrupts."""
