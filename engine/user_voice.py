@@ -34,13 +34,13 @@ QUIET_DB = -70.0  # a turn no louder than this is silence (or a muted microphone
 # Held speech this far below (or above) the user's level is not taken for them
 # (replayed: 4 dB below lets the recorded voices' first words through at the median
 # with no more background talk; background talk is usually quieter). SHARE is above
-# the one half an equal mix keeps, with a margin: at 0.5 one espeak babble burst as
-# loud as a user whose own kurtosis was low (6.3) passed; at 0.6 none did.
+# the one half an equal mix keeps, with a margin: at 0.5 and 0.6 an espeak babble
+# burst as loud as a user whose own kurtosis was low (6.3) passed; at 0.7 none did.
 BELOW_DB = 4.0
 ABOVE_DB = 6.0
 SILENT_DB = -120.0  # the level of less than a frame
 GAUSSIAN = 3.0  # a Gaussian's kurtosis: the excess is measured from here
-SHARE = 0.6  # of the user's excess kurtosis held speech keeps to be them alone
+SHARE = 0.7  # of the user's excess kurtosis held speech keeps to be them alone
 LEARN = 0.5  # a new turn's weight in the running profile
 
 

@@ -51,7 +51,7 @@ from engine.held_speech import HearingDone, HeldSpeech, Interrupt
 from engine.input_buffer import InputBuffer
 from engine.interruption import HEAR_EVERY_MS, InterruptionParams
 from engine.turns import SpeechStopped
-from engine.user_voice import VoiceProfile
+from engine.user_voice import VoiceProfile, profile_of
 from models.base import PCM_RATE
 from models.listening.crowd import kurtosis
 from models.listening.hearing import PROMPT, Hearing
@@ -216,13 +216,31 @@ def qualified_ms(
     return item.total_ms if step() else None
 
 
+def user_voices(items: Sequence[Item]) -> list[VoiceProfile | None]:
+    """The voice each item's session learned from an earlier turn (`--user-voice`): the
+    next interrupting sentence of the same seed (the user there; as loud as its
+    babble), a sentence's clean self left out."""
+    out: list[VoiceProfile | None] = []
+    for it in items:
+        sentences = [o for o in items if o.seed == it.seed and o.kind == "sentence"]
+        others = [o for o in sentences if o.text != it.text] or sentences
+        out.append(profile_of(others[len(out) % len(others)].pcm) if others else None)
+    return out
+
+
 def summarize(
-    items: Sequence[Item], replays: Sequence[Replay], params: InterruptionParams
+    items: Sequence[Item],
+    replays: Sequence[Replay],
+    params: InterruptionParams,
+    users: Sequence[VoiceProfile | None] | None = None,
 ) -> dict[str, Any]:
+    known = users or [None] * len(items)
     out: dict[str, Any] = {}
     for kind in KINDS:
         at = [
-            qualified_ms(r, params) for it, r in zip(items, replays, strict=True) if it.kind == kind
+            qualified_ms(r, params, u)
+            for it, r, u in zip(items, replays, known, strict=True)
+            if it.kind == kind
         ]
         got: list[float] = [ms for ms in at if ms is not None]
         out[kind] = {
@@ -253,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="tiny.en", help="the hearing model (PARLEY_HEARING_MODEL)")
     p.add_argument("--no-cache", action="store_true", help="hear everything again")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "crowd.json")
+    p.add_argument("--user-voice", action="store_true", help="each session knows its user's voice")
     args = p.parse_args(argv)
     started = time.perf_counter()
     try:
@@ -274,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         if one and one < crowd:
             continue
         params = replace(base, crowd_kurtosis=crowd, one_voice_kurtosis=one)
-        s = summarize(items, replays, params)
+        s = summarize(items, replays, params, user_voices(items) if args.user_voice else None)
         grid.append({"crowd_kurtosis": crowd, "one_voice_kurtosis": one, **s})
         default = (crowd, one) == (base.crowd_kurtosis, base.one_voice_kurtosis)
         print(_row(crowd, one, s) + ("  <- Parley's default" if default else ""))

@@ -12,6 +12,8 @@ from bench.turns.crowd import HeardAt, Replay, hearing_points, main, qualified_m
 from bench.turns.noise import Pcm16
 from bench.turns.scenarios import make_scenarios, trimmed
 from engine.interruption import InterruptionParams
+from engine.user_voice import profile_of
+from tests.support.held import squashed
 
 
 def heard(pcm: Pcm16, text: str, sure: bool = True) -> Replay:
@@ -37,6 +39,20 @@ def test_one_voices_words_qualify_and_background_talks_never() -> None:
     assert qualified_ms(heard(babble, "No, I don't."), off) == 200
     # A backchannel never qualifies, from one voice or several.
     assert qualified_ms(heard(user, "Mm-hmm."), params) is None
+
+
+def test_a_session_that_knows_the_users_voice_replays_as_one() -> None:
+    """The replay hands held speech the voice the session learned: a squashed voice
+    (background talk by the bands) qualifies at its first hearing with an earlier turn
+    of its own, and babble still never does with a peaky user's."""
+    user = squashed(trimmed(load_wav("weather")))
+    babble = [it.audio for it in make_scenarios(15).items if it.text == "babble"][1]
+    params = InterruptionParams()
+    taught = profile_of(squashed(load_wav("lights")))
+    assert qualified_ms(heard(user, "Wait, stop."), params) != 200
+    assert qualified_ms(heard(user, "Wait, stop."), params, taught) == 200
+    peaky = profile_of(load_wav("lights"))
+    assert qualified_ms(heard(babble, "No, I don't."), params, peaky) is None
 
 
 def test_one_seed_through_whisper(tmp_path: Path) -> None:

@@ -51,3 +51,10 @@ async def babble_heard_as_words(h: Harness, hearing: FakeHearing) -> None:
         await handled(h)
         while hearing.answer("No, I don't."):
             await handled(h)
+
+
+def squashed(pcm: npt.NDArray[np.int16], drive: float = 8.0) -> npt.NDArray[np.int16]:
+    """A voice compressed as a telephone line or a loud recording compresses it: its
+    kurtosis drops from espeak's ~11 to ~4, inside the default background-talk band."""
+    x = np.tanh(pcm.astype(np.float64) / 32768.0 * drive) / np.tanh(drive)
+    return (x * 16384.0).astype(np.int16)
