@@ -33,12 +33,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -134,6 +137,7 @@ class FairPool:
         self._lock = threading.Lock()  # the queue is read by the loop and the threads
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
         self._closed = False
+        self._warned = False  # a failing call is logged once
         self.dropped: dict[str, int] = {SUPERSEDED: 0, ABANDONED: 0, OVERLOADED: 0}
         # Told each request that never ran, with its reason (the server's metrics).
         self.on_drop: Callable[[str], None] | None = None
@@ -170,6 +174,20 @@ class FairPool:
             if withdrawn:
                 self._drop(ABANDONED)
             raise
+
+    async def answer(self, call: Callable[[], R], failing: str) -> R | None:
+        """`run(call)`, or None when it never ran (superseded, overloaded) or failed:
+        every model here falls back to its rules on None. The first failure is logged,
+        as `failing` with the error in place of its `%s`."""
+        try:
+            return await self.run(call)
+        except (Superseded, Overloaded):
+            return None
+        except Exception as exc:  # the runtimes' errors (onnxruntime, CTranslate2) are plain
+            if not self._warned:
+                self._warned = True
+                log.warning(failing, exc)
+            return None
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] += 1

@@ -23,7 +23,6 @@ from that interruption)."""
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from collections.abc import Callable
@@ -37,10 +36,8 @@ import numpy.typing as npt
 import soxr
 
 from models.base import PCM_RATE
-from models.listening.fair_pool import FairPool, Overloaded, Superseded
+from models.listening.fair_pool import FairPool
 from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
-
-log = logging.getLogger(__name__)
 
 # Whisper is told that what came before was backchannels (its "previous text"
 # prompt): it then writes a hum as "Mm-hmm" where it invented words ("them.", "I'm
@@ -175,7 +172,6 @@ class WhisperHearing:
         self._whisper: _Whisper | None = None
         self._lock = threading.Lock()
         self.pool = FairPool(parallel, "hearing", queue_limit)
-        self._warned = False
 
     def prepare(self) -> Future[_Whisper]:
         """Load the model on a thread of its own now (~0.4 s), so that the first held
@@ -211,15 +207,8 @@ class WhisperHearing:
         one hearing at a time and cancels it before asking again, so only a caller that
         is no longer waited on is ever superseded: None, which it ignores as stale.
         None too, at once, when too many hearings wait already (`Overloaded`)."""
-        try:
-            return await self.pool.run(partial(self.hear, pcm))
-        except (Superseded, Overloaded):
-            return None
-        except Exception as exc:
-            if not self._warned:
-                self._warned = True
-                log.warning("hearing held speech failed (%s); it interrupts unheard", exc)
-            return None
+        failing = "hearing held speech failed (%s); it interrupts unheard"
+        return await self.pool.answer(partial(self.hear, pcm), failing)
 
     def close(self) -> None:
         self.pool.close()

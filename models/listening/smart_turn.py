@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.errors import ModelMissing
-from models.listening.fair_pool import FairPool, Overloaded, Superseded
+from models.listening.fair_pool import FairPool
 from models.listening.turn_features import features
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,6 @@ class SmartTurnModel:
     def __init__(self, runner: OnnxRunner, queue_limit: int | None = None) -> None:
         self._runner = runner
         self.pool = FairPool(1, "smart-turn", queue_limit)
-        self._warned = False
 
     def _score(self, pcm: npt.NDArray[np.int16]) -> float:
         outputs = self._runner.run(None, {_INPUT: features(pcm)[np.newaxis]})
@@ -109,15 +108,8 @@ class SmartTurnModel:
         8 s; None when scoring fails (warned once; the caller falls back) or when the
         same session asked again before it was scored (a newer pause) or too many
         requests wait already (`Overloaded`)."""
-        try:
-            return await self.pool.run(partial(self._score, pcm))
-        except (Superseded, Overloaded):
-            return None
-        except Exception as exc:  # onnxruntime's errors derive from Exception directly
-            if not self._warned:
-                self._warned = True
-                log.warning("Smart Turn scoring failed (%s); using fixed silence instead", exc)
-            return None
+        failing = "Smart Turn scoring failed (%s); using fixed silence instead"
+        return await self.pool.answer(partial(self._score, pcm), failing)
 
     def close(self) -> None:
         """Stop the worker thread once the running request is done; requests still

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from models.errors import ModelMissing
-from models.listening.fair_pool import FairPool, Superseded
+from models.listening.fair_pool import FairPool
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,6 @@ class TextTurnModel:
         self._tokenize = tokenize
         self._ends = list(ends)
         self.pool = FairPool(1, "text-turn")
-        self._warned = False
 
     def _score(self, text: str) -> float:
         tokens = self._tokenize(user_prompt(text))
@@ -93,15 +92,8 @@ class TextTurnModel:
         scoring fails (warned once), or when the same session asked again first."""
         if not text.strip():
             return None
-        try:
-            return await self.pool.run(partial(self._score, text))
-        except Superseded:
-            return None
-        except Exception as exc:  # CTranslate2's errors are plain Exceptions
-            if not self._warned:
-                self._warned = True
-                log.warning("text end-of-turn scoring failed (%s); using acoustics only", exc)
-            return None
+        failing = "text end-of-turn scoring failed (%s); using acoustics only"
+        return await self.pool.answer(partial(self._score, text), failing)
 
     def close(self) -> None:
         self.pool.close()
