@@ -30,6 +30,7 @@ from engine.interruption import (
     Voices,
     counted,
     held_verdict,
+    needs_clarity,
     voices_decide,
     voices_of,
     weigh,
@@ -37,7 +38,7 @@ from engine.interruption import (
 from engine.turns import SpeechStopped
 from engine.user_voice import VoiceProfile, learned, level_of, profile_of, sounds_like
 from models.base import PCM_RATE
-from models.listening.crowd import kurtosis
+from models.listening.crowd import kurtosis, pitch_clarity
 from models.listening.hearing import Hearing
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ log = logging.getLogger(__name__)
 # is cheap, but held speech can grow without bound on a noisy line).
 CROWD_WINDOW = 10 * PCM_RATE
 CROWD_LEAST = PCM_RATE // 10  # less held speech than this tells nothing
+# The pitch clarity is a median over the louder half of 40 ms frames: over less held
+# speech than this, a moment when one talker of a babble stands out decides it (an
+# espeak babble burst measures 0.78 over its first 200 ms, 0.6 from 300 ms on).
+CLARITY_LEAST = PCM_RATE * 400 // 1000
 
 Pcm16 = npt.NDArray[np.int16]
 
@@ -183,12 +188,18 @@ class HeldSpeech:
     """The one held utterance of a session (or none), and its hearings.
 
     `ears` None: there is no recognizer, and duration alone qualifies held speech.
-    `measure`: the voice count's measure of a waveform (its kurtosis; the offline
-    replay passes one it measured before)."""
+    `measure` and `clarity`: the voice count's measures of a waveform (its kurtosis and
+    pitch clarity; the offline replay passes ones it measured before)."""
 
-    def __init__(self, ears: Ears | None, measure: Callable[[Pcm16], float] = kurtosis) -> None:
+    def __init__(
+        self,
+        ears: Ears | None,
+        measure: Callable[[Pcm16], float] = kurtosis,
+        clarity: Callable[[Pcm16], float] | None = None,
+    ) -> None:
         self._ears = ears
         self._measure = measure
+        self._clarity = clarity or _clarity
         self._requests = 0
         self.held: Held | None = None
         # The user's voice from their turns said while the assistant was silent
@@ -347,4 +358,10 @@ class HeldSpeech:
         measured = self._measure(pcm)
         if params.crowd_kurtosis and self.user and sounds_like(self.user, level_of(pcm), measured):
             return Voices.ONE  # the user's own voice, as their turns taught it
-        return voices_of(measured, params)
+        clear = end - start >= CLARITY_LEAST and needs_clarity(measured, params)
+        clarity = self._clarity(pcm) if clear else 0.0
+        return voices_of(measured, params, clarity)
+
+
+def _clarity(pcm: Pcm16) -> float:
+    return pitch_clarity(pcm, PCM_RATE)

@@ -227,6 +227,7 @@ def _interruption(value: InterruptionIn | None) -> InterruptionParams | None:
             "max_backchannel_ms",
             "crowd_kurtosis",
             "one_voice_kurtosis",
+            "one_voice_clarity",
         )
         if getattr(value, name) is not None
     }

@@ -7,13 +7,14 @@ interrupting sentence and backchannel is heard as the session hears held speech
 (bench/turns/crowd.py's replay: Whisper every HEAR_EVERY_MS from min_speech_ms, cached
 on disk) and decided by the engine's own held-speech object. Per item: each hearing
 (ms of speech, transcript, sure or not, what it is weighed as, the voice count at that
-point) and when the item qualifies. The first word heard (`first_words_ms`: a hearing
-weighed as words, whatever the voice count) against when it qualified says how much the
-recognizer costs and how much the voice count adds. Each item's session knows its
-speaker's voice from an earlier turn (engine/user_voice.py: the first other sentence of
-the same voice in the set, if any; `--no-user`: none); the per-hearing voice column is
-the bands' alone. Hearing compute time, the VAD's
-onset delay and the network are not in these figures (the live run has them).
+point by the kurtosis and pitch clarity) and when the item qualifies. The first word
+heard (`first_words_ms`: a hearing weighed as words, whatever the voice count) against
+when it qualified says how much the recognizer costs and how much the voice count adds.
+Each item's session knows its speaker's voice from an earlier turn
+(engine/user_voice.py: the first other sentence of the same voice in the set, if any;
+`--no-user`: none); the per-hearing voice column is the measures' alone. Hearing compute
+time, the VAD's onset delay and the network are not in these figures (the live run has
+them).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.load.stats import pct
-from bench.turns.crowd import HEARING_CACHE, HeardAt, Hearings, qualified_ms, replay_of
+from bench.turns.crowd import HEARING_CACHE, Hearings, Replay, qualified_ms, replay_of
 from bench.turns.real_interruptions import make_real_scenarios
 from bench.turns.scenarios import Scenario
 from engine.interruption import Heard, InterruptionParams, voices_of, weigh
@@ -34,16 +35,15 @@ from engine.user_voice import VoiceProfile, profile_of
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def trace(
-    hearings: list[HeardAt], kurtosis_at: dict[int, float], params: InterruptionParams
-) -> list[dict[str, Any]]:
+def trace(replay: Replay, params: InterruptionParams) -> list[dict[str, Any]]:
     """Each hearing weighed as the session weighs it, with the voice count there."""
     rows: list[dict[str, Any]] = []
     previous: frozenset[str] = frozenset()
-    for h in hearings:
+    at = replay.kurtosis_at
+    for h in replay.hearings:
         w = weigh(h.text, h.sure, previous, h.ms, params.backchannels)
-        k = kurtosis_at.get(h.ms, kurtosis_at[max(kurtosis_at)])
-        voices = voices_of(k, params).value
+        ms = h.ms if h.ms in at else max(at)
+        k, clarity = at[ms], replay.clarity(ms)
         rows.append(
             {
                 "ms": h.ms,
@@ -51,7 +51,8 @@ def trace(
                 "sure": h.sure,
                 "heard": w.heard.value,
                 "kurtosis": round(k, 1),
-                "voices": voices,
+                "clarity": round(clarity, 2),
+                "voices": voices_of(k, params, clarity).value,
             }
         )
         previous = w.words
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in scenarios:
         replay = replay_of(s.audio, hearings.of(s.audio))
         user = None if args.no_user else earlier_turn(s, scenarios)
-        rows = trace(list(replay.hearings), replay.kurtosis_at, params)
+        rows = trace(replay, params)
         first = next((r["ms"] for r in rows if r["heard"] == Heard.WORDS.value), None)
         out.append(
             {
@@ -132,7 +133,8 @@ def _p(values: list[float]) -> str:
 
 def _hearing(h: dict[str, Any]) -> str:
     unsure = "" if h["sure"] else "?"
-    return f"{h['ms']}:{h['text']!r}{unsure}={h['heard']}/{h['voices']}({h['kurtosis']})"
+    measures = f"{h['kurtosis']}, {h['clarity']}"
+    return f"{h['ms']}:{h['text']!r}{unsure}={h['heard']}/{h['voices']}({measures})"
 
 
 if __name__ == "__main__":

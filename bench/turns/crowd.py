@@ -3,24 +3,28 @@
 Run from the repository root:  .venv/bin/python -m bench.turns.crowd
 
 Held speech qualifies as an interruption on words the recognizer hears, counted by how
-many voices it sounds like (engine/interruption.py: `voices_of` on the kurtosis of
-models/listening/crowd.py, then `counted`). Two thresholds set that: below
-`crowd_kurtosis` it is background talk, whose words never count; below
-`one_voice_kurtosis` a single sure hearing is not enough. This tool chooses them on
-more than the two babble bursts one seed of `make eval-turns` has: per seed
-(default 15-24), the interruption set's two babble bursts (five espeak-ng talkers over
-each other, as loud as the user) and ten interrupting sentences, plus those sentences
-at 10 and 5 dB SNR under the turn set's noise bed (babble and pink noise: a user in a
-noisy room).
+many voices it sounds like (engine/interruption.py: `voices_of` on the kurtosis and
+pitch clarity of models/listening/crowd.py, then `counted`). Three thresholds set
+that: below `crowd_kurtosis` it is background talk, whose words never count; below
+`one_voice_kurtosis` a single sure hearing is not enough; from `one_voice_clarity` of
+pitch clarity it is one voice whatever the kurtosis. This tool chooses them on more
+than the two babble bursts one seed of `make eval-turns` has: per seed (default
+15-24), the interruption set's two babble bursts (five espeak-ng talkers over each
+other, as loud as the user) and ten interrupting sentences, plus those sentences at
+10 and 5 dB SNR under the turn set's noise bed (babble and pink noise: a user in a
+noisy room); and the recorded interruption set (bench/turns/real_interruptions.py,
+`--voices`): its sentences by part, its backchannels, each session knowing no
+earlier turn.
 
 Each item is heard as the session hears held speech: Whisper (models/listening/hearing.py)
 on its speech so far, with 300 ms of silence before it (the prefix padding), from
 200 ms of speech on, every 100 ms, and once more whole at its end. Hearings are cached
 on disk (`crowd-hearings.json` in the set's cache dir). Then every threshold pair of
-the grid is replayed with the engine's decisions, the kurtosis measured at each 20 ms
-append from the onset, a hearing counted from the append it was asked at (its ~50 ms
-are not added). Reported per kind: how many items qualified (babble: false
-interruptions) and how much speech it took (p50/p90 ms). JSON to
+the grid is replayed with the engine's decisions, the kurtosis (and, where it could
+decide, the pitch clarity) measured at each 20 ms append from the onset, a hearing
+counted from the append it was asked at (its ~50 ms are not added). Reported per kind:
+how many items qualified (babble, backchannels: false interruptions) and how much
+speech it took (p50/p90 ms). JSON to
 bench/results/crowd.json (or --out).
 """
 
@@ -34,7 +38,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,18 +57,21 @@ from engine.interruption import HEAR_EVERY_MS, InterruptionParams
 from engine.turns import SpeechStopped
 from engine.user_voice import VoiceProfile, profile_of
 from models.base import PCM_RATE
-from models.listening.crowd import kurtosis
+from models.listening.crowd import kurtosis, pitch_clarity
 from models.listening.hearing import PROMPT, Hearing
 
 ROOT = Path(__file__).resolve().parents[2]
 HEARING_CACHE = CACHE_DIR / "crowd-hearings.json"
 KINDS = ["babble", "sentence", "snr10", "snr5"]
+# The recorded interruption set (bench/turns/real_interruptions.py), by part.
+REAL_KINDS = ["real-sentence-dev", "real-sentence-held", "real-backchannel"]
 SNRS_DB = {"snr10": 10.0, "snr5": 5.0}
 PADDING_MS = 300  # the default prefix_padding_ms: silence before the speech, heard too
 FIRST_MS = 200  # the default min_speech_ms: the first hearing
 LONGEST_MS = 2500  # a sentence is followed this far (the default max_backchannel_ms is 2 s)
 CROWD = (0.0, 5.5, 6.0, 6.5, 7.0)
 ONE_VOICE = (0.0, 7.0, 8.0, 9.0, 10.0)
+CLARITY = (0.0, 0.75, 0.8, 0.85)
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,17 @@ def items_of(seed: int) -> list[Item]:
         for kind, snr in SNRS_DB.items():
             noisy = mix(it.audio, bed, snr, speech_rms(it.audio))
             out.append(Item(kind, seed, it.text, noisy))
+    return out
+
+
+def real_items(seed: int) -> list[Item]:
+    """The recorded interruption set's sentences (by part) and backchannels."""
+    from bench.turns.real_interruptions import make_real_scenarios
+
+    out = []
+    for s in make_real_scenarios(seed):
+        kind = f"real-sentence-{s.part}" if s.kind == "sentence" else f"real-{s.kind}"
+        out.append(Item(kind, seed, s.text, s.audio))
     return out
 
 
@@ -138,12 +156,19 @@ class Hearings:
 @dataclass(frozen=True)
 class Replay:
     """An item as the replay reads it, whatever the thresholds: its hearings, and its
-    kurtosis from the onset at each append (measured once, not once per grid point)."""
+    kurtosis from the onset at each append (measured once, not once per grid point),
+    its pitch clarity measured there when first asked for."""
 
     pcm: Pcm16
     hearings: tuple[HeardAt, ...]
     kurtosis_at: dict[int, float]  # ms of speech -> the kurtosis of that much
     total_ms: int
+    clarity_at: dict[int, float] = field(default_factory=dict)
+
+    def clarity(self, ms: int) -> float:
+        if ms not in self.clarity_at:
+            self.clarity_at[ms] = pitch_clarity(self.pcm[: ms * PCM_RATE // 1000], PCM_RATE)
+        return self.clarity_at[ms]
 
 
 def replay_of(pcm: Pcm16, hearings: Sequence[HeardAt]) -> Replay:
@@ -189,7 +214,11 @@ def qualified_ms(
     voice the session learned from the user's earlier turns (engine/user_voice.py)."""
     by_ms = {h.ms: h for h in item.hearings}
     ears, audio = _CachedEars(), _ReplayedInput()
-    held = HeldSpeech(ears, measure=lambda pcm: item.kurtosis_at[len(pcm) * 1000 // PCM_RATE])
+    held = HeldSpeech(
+        ears,
+        measure=lambda pcm: item.kurtosis_at[len(pcm) * 1000 // PCM_RATE],
+        clarity=lambda pcm: item.clarity(len(pcm) * 1000 // PCM_RATE),
+    )
     held.user = user
 
     def step() -> bool:
@@ -222,6 +251,9 @@ def user_voices(items: Sequence[Item]) -> list[VoiceProfile | None]:
     babble), a sentence's clean self left out."""
     out: list[VoiceProfile | None] = []
     for it in items:
+        if it.kind not in KINDS:
+            out.append(None)  # a recorded voice: the harder case, no earlier turn
+            continue
         sentences = [o for o in items if o.seed == it.seed and o.kind == "sentence"]
         others = [o for o in sentences if o.text != it.text] or sentences
         out.append(profile_of(others[len(out) % len(others)].pcm) if others else None)
@@ -236,7 +268,7 @@ def summarize(
 ) -> dict[str, Any]:
     known = users or [None] * len(items)
     out: dict[str, Any] = {}
-    for kind in KINDS:
+    for kind in kinds_of(items):
         at = [
             qualified_ms(r, params, u)
             for it, r, u in zip(items, replays, known, strict=True)
@@ -253,9 +285,14 @@ def summarize(
     return out
 
 
-def _row(crowd: float, one: float, s: dict[str, Any]) -> str:
-    cells = [f"{crowd:g}", f"{one:g}"]
-    for kind in KINDS:
+def kinds_of(items: Sequence[Item]) -> list[str]:
+    """The kinds the items have, in report order."""
+    return [k for k in (*KINDS, *REAL_KINDS) if any(it.kind == k for it in items)]
+
+
+def _row(crowd: float, one: float, clarity: float, s: dict[str, Any]) -> str:
+    cells = [f"{crowd:g}", f"{one:g}", f"{clarity:g}"]
+    for kind in s:
         k = s[kind]
         timing = "" if k["p50_ms"] is None else f" ({k['p50_ms']:.0f}/{k['p90_ms']:.0f})"
         cells.append(f"{k['qualified']}/{k['items']}{timing}")
@@ -267,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(15, 25)))
     p.add_argument("--crowd", type=float, nargs="+", default=list(CROWD))
     p.add_argument("--one-voice", type=float, nargs="+", default=list(ONE_VOICE))
+    p.add_argument("--clarity", type=float, nargs="+", default=list(CLARITY))
+    p.add_argument(
+        "--voices",
+        choices=["espeak", "real", "both"],
+        default="both",
+        help="the espeak set over --seeds, the recorded set (first seed), or both",
+    )
     p.add_argument("--limit", type=int, help="at most this many items per kind and seed")
     p.add_argument("--model", default="tiny.en", help="the hearing model (PARLEY_HEARING_MODEL)")
     p.add_argument("--no-cache", action="store_true", help="hear everything again")
@@ -274,11 +318,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--user-voice", action="store_true", help="each session knows its user's voice")
     args = p.parse_args(argv)
     started = time.perf_counter()
+    items: list[Item] = []
     try:
-        items = [it for seed in args.seeds for it in _limited(items_of(seed), args.limit)]
+        if args.voices != "real":
+            items = [it for seed in args.seeds for it in _limited(items_of(seed), args.limit)]
     except EspeakMissing as missing:
         print(missing, file=sys.stderr)
         return 1
+    if args.voices != "espeak":
+        items += _limited(real_items(args.seeds[0]), args.limit)
     from models.listening.hearing import WhisperHearing
 
     recognizer = WhisperHearing(args.model, threads=2, parallel=1)
@@ -288,15 +336,25 @@ def main(argv: list[str] | None = None) -> int:
     recognizer.close()
     base = InterruptionParams()
     grid = []
-    print("crowd | one voice | " + " | ".join(f"{k} qualified (p50/p90 ms)" for k in KINDS))
-    for crowd, one in itertools.product(args.crowd, args.one_voice):
+    header = " | ".join(f"{k} qualified (p50/p90 ms)" for k in kinds_of(items))
+    print("crowd | one voice | clarity | " + header)
+    users = user_voices(items) if args.user_voice else None
+    for crowd, one, clear in itertools.product(args.crowd, args.one_voice, args.clarity):
         if one and one < crowd:
             continue
-        params = replace(base, crowd_kurtosis=crowd, one_voice_kurtosis=one)
-        s = summarize(items, replays, params, user_voices(items) if args.user_voice else None)
-        grid.append({"crowd_kurtosis": crowd, "one_voice_kurtosis": one, **s})
-        default = (crowd, one) == (base.crowd_kurtosis, base.one_voice_kurtosis)
-        print(_row(crowd, one, s) + ("  <- Parley's default" if default else ""))
+        params = replace(
+            base, crowd_kurtosis=crowd, one_voice_kurtosis=one, one_voice_clarity=clear
+        )
+        s = summarize(items, replays, params, users)
+        grid.append(
+            {"crowd_kurtosis": crowd, "one_voice_kurtosis": one, "one_voice_clarity": clear, **s}
+        )
+        default = (crowd, one, clear) == (
+            base.crowd_kurtosis,
+            base.one_voice_kurtosis,
+            base.one_voice_clarity,
+        )
+        print(_row(crowd, one, clear, s) + ("  <- Parley's default" if default else ""))
     report = {
         "seeds": args.seeds,
         "model": args.model,
@@ -314,7 +372,7 @@ def _limited(items: list[Item], limit: int | None) -> list[Item]:
     if limit is None:
         return items
     out: list[Item] = []
-    for kind in KINDS:
+    for kind in kinds_of(items):
         out += [it for it in items if it.kind == kind][:limit]
     return out
 

@@ -72,6 +72,7 @@ class InterruptionIn(_Loose):
     max_backchannel_ms: int | None = Field(default=None, ge=0, le=60_000)
     crowd_kurtosis: float | None = Field(default=None, ge=0.0, le=100.0)
     one_voice_kurtosis: float | None = Field(default=None, ge=0.0, le=100.0)
+    one_voice_clarity: float | None = Field(default=None, ge=0.0, le=1.0)
     backchannels: list[Annotated[str, Field(max_length=100)]] | None = Field(
         default=None, max_length=200
     )

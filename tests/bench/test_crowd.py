@@ -57,11 +57,16 @@ def test_a_session_that_knows_the_users_voice_replays_as_one() -> None:
 
 def test_one_seed_through_whisper(tmp_path: Path) -> None:
     out = tmp_path / "crowd.json"
-    args = ["--seeds", "15", "--limit", "1", "--crowd", "6", "--one-voice", "7"]
+    args = ["--seeds", "15", "--limit", "1", "--crowd", "6", "--one-voice", "7", "--clarity", "0.8"]
+    args += ["--voices", "espeak"]  # the recorded set is fetched: make eval-turns has it
     assert main([*args, "--no-cache", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     [row] = report["grid"]
-    assert (row["crowd_kurtosis"], row["one_voice_kurtosis"]) == (6.0, 7.0)
+    assert (row["crowd_kurtosis"], row["one_voice_kurtosis"], row["one_voice_clarity"]) == (
+        6.0,
+        7.0,
+        0.8,
+    )
     assert {k: row[k]["items"] for k in ("babble", "sentence", "snr10", "snr5")} == {
         "babble": 1,
         "sentence": 1,

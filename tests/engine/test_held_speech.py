@@ -19,7 +19,14 @@ from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
 from tests.support.fake_hearing import FakeHearing
 from tests.support.harness import Harness
-from tests.support.held import babble, babble_heard_as_words, finish, handled, speaking
+from tests.support.held import (
+    babble,
+    babble_heard_as_words,
+    finish,
+    handled,
+    speaking,
+    squashed,
+)
 
 
 def update(**interruption: Any) -> dict[str, Any]:
@@ -267,6 +274,28 @@ async def test_background_talk_never_interrupts_however_sure_its_words(
             return
         assert len(hearing.calls) >= 10  # heard again as it grew, then whole
         await plays_on(h, executor)
+
+
+@pytest.mark.parametrize(("clarity", "interrupts"), [(0.75, True), (0.0, False)])
+async def test_a_clear_pitch_makes_a_flat_voice_one_voice(clarity: float, interrupts: bool) -> None:
+    """A voice squashed flat (a kurtosis of ~4, the background-talk band) says "Wait,
+    stop." over the answer, with no earlier turn to learn it from: its pitch clarity
+    over its held speech (0.78 for this espeak voice squashed; recorded voices measure
+    0.8-0.99) reaches `one_voice_clarity` 0.75, so it is one voice and the first sure
+    hearing releases it. With the clarity off its words wait (max_backchannel_ms is 5 s
+    here) and it is heard again."""
+    executor, hearing = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0)), FakeHearing()
+    async with Harness(executor, hearing=hearing) as h:
+        await h.send(update(one_voice_clarity=clarity))
+        await speaking(h)
+        await append_chunked(h, np.concatenate([silence(300), squashed(load_wav("weather"))]))
+        await handled(h)
+        assert hearing.answer("Wait, stop.")
+        await handled(h)
+        assert len(hearing.calls) == (1 if interrupts else 2)
+        assert len(h.of("input_audio_buffer.speech_started")) == (1 if interrupts else 0)
+        assert [r["status"] for r in h.responses_done()] == (["cancelled"] if interrupts else [])
+        finish(executor)
 
 
 async def test_sure_words_count_once_the_speech_sounds_like_one_voice() -> None:

@@ -17,6 +17,7 @@ from engine.interruption import (
     heard_of,
     held_verdict,
     holds,
+    needs_clarity,
     strong_words,
     voices_decide,
     voices_of,
@@ -190,6 +191,21 @@ def test_the_kurtosis_says_how_many_voices() -> None:
     assert voices_of(1.5, InterruptionParams(crowd_kurtosis=2.0)) is Voices.NONE
     assert voices_of(2.5, InterruptionParams(crowd_kurtosis=2.0)) is Voices.UNCLEAR
     assert voices_of(3.0, off) is Voices.ONE
+
+
+def test_a_clear_pitch_is_one_voice_whatever_the_kurtosis() -> None:
+    p = InterruptionParams(crowd_kurtosis=6.0, one_voice_kurtosis=7.0, one_voice_clarity=0.8)
+    assert voices_of(4.0, p) is Voices.MANY  # no clarity measured: the bands decide
+    assert voices_of(4.0, p, 0.79) is Voices.MANY
+    assert voices_of(4.0, p, 0.8) is Voices.ONE  # a recorded voice, level-compressed
+    assert voices_of(6.5, p, 0.9) is Voices.ONE
+    assert voices_of(2.5, p, 1.0) is Voices.NONE  # tonal: music is clearer than a voice
+    off = InterruptionParams(one_voice_clarity=0.0)
+    assert voices_of(4.0, off, 0.99) is Voices.MANY
+    # The clarity is measured only where it could change the answer.
+    assert needs_clarity(4.0, p) and needs_clarity(6.5, p)
+    assert not needs_clarity(7.0, p) and not needs_clarity(2.5, p)
+    assert not needs_clarity(4.0, off)
 
 
 def test_words_count_by_how_many_voices_say_them() -> None:
