@@ -4,7 +4,9 @@ like them counts as one voice whatever the kurtosis bands say.
 The bands of engine/interruption.py (`voices_of`) were chosen on espeak-ng voices,
 whose kurtosis is 9-13; a recorded single voice measures 3-6 (a telephone prompt 2-4,
 an MP3 reader 4-6), inside the "background talk" band, so its sure words waited for
-`max_backchannel_ms`. A session knows better: the user's committed turns, said while
+`max_backchannel_ms` (the pitch clarity of engine/interruption.py now catches most of
+them from 400 ms of held speech; the learned voice still decides sooner). A session
+knows better: the user's committed turns, said while
 the assistant was silent, give their level and kurtosis. Held speech is the user when
 its level is close to theirs (background talk is usually quieter, or farther) and it
 keeps more than half of their excess kurtosis (SHARE): the user's voice with anyone
