@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bench.turns import consecutive, interruptions
 from bench.turns.corpus import SETS, Corpus, make_corpus
+from bench.turns.earlier_turns import earlier_turns
 from bench.turns.interrupt_score import table as interruption_table
 from bench.turns.real_interruptions import make_real_scenarios
 from bench.turns.real_sets import REAL_SETS, make_real_corpus
@@ -83,6 +84,12 @@ def parser() -> argparse.ArgumentParser:
         help="stream this many times faster than real time (turns only)",
     )
     p.add_argument("--concurrency", type=int, default=4, help="streams at once (default 4)")
+    p.add_argument(
+        "--earlier-turn",
+        action="store_true",
+        help="interruptions: each session first hears a turn of its user's, said while the"
+        " assistant is silent (bench/turns/earlier_turns.py)",
+    )
     p.add_argument("--out", type=Path, help="default bench/results/<scenarios>.json")
     return p
 
@@ -100,7 +107,9 @@ def main_interruptions(args: argparse.Namespace) -> int:
     kinds = [[i for i in made if (i.kind, i.part) == g][: args.limit] for g in groups]
     modes = [MODES[name] for name in args.modes or interruptions.DEFAULT_MODES]
     t0 = time.monotonic()
-    results = asyncio.run(interruptions.run(modes, [i for k in kinds for i in k], args.concurrency))
+    earlier = earlier_turns(made) if args.earlier_turn else None
+    items = [i for k in kinds for i in k]
+    results = asyncio.run(interruptions.run(modes, items, args.concurrency, earlier))
     report = interruptions.build(results, args.seed, args.concurrency, time.monotonic() - t0)
     print(interruption_table(report))
     out = args.out or ROOT / "bench" / "results" / "interruptions.json"

@@ -26,7 +26,9 @@ import numpy as np
 from bench.load.servers import Server
 from bench.soak.audio import append_text
 from bench.soak.tally import Tally
+from bench.speech import silence
 from bench.turns.interrupt_score import Heard, Reaction, react, summarize_kind
+from bench.turns.noise import Pcm16
 from bench.turns.run import Mode, server_target
 from bench.turns.scenarios import Scenario, assistant_wav
 from bench.turns.speaker import Speaker, echo_of
@@ -34,6 +36,11 @@ from bench.turns.stream import CHUNK_MS, SETTLE_S, TurnConn, configure
 from models.base import PCM_RATE
 
 CHUNK = PCM_RATE * CHUNK_MS // 1000
+# The user's earlier turn (--earlier-turn): silence before and after it (until the
+# mode ends it: semantic_vad may wait seconds), sent this many times faster than real
+# time (the VAD runs on the audio's clock; the server takes up to 10x).
+EARLIER_TURN_PAD_MS = (300, 5000)  # after it: silence until committed, at most this
+EARLIER_TURN_SPEED = 4.0
 FIRST_AUDIO_TIMEOUT_MS = 10_000  # no audio delta by then: the item is not measured
 INSTRUCTIONS = "Tell the user about tomorrow's weather, at length."
 # Semantic eagerness changes when a turn ends, not when speech starts: one semantic
@@ -57,6 +64,7 @@ class InterruptConn(TurnConn):
         self.t0 = time.monotonic()  # the stream's clock; reset when streaming starts
         self.speaker = Speaker()
         self.speech_started_t: list[float] = []
+        self.earlier_turns = 0  # committed before the answer: the user's earlier turn
         super().__init__(*args, **kwargs)
 
     def _handle(self, event: dict[str, Any], now: float) -> None:
@@ -65,7 +73,7 @@ class InterruptConn(TurnConn):
         if kind == "response.output_audio.delta":
             pcm = np.frombuffer(base64.b64decode(event["delta"]), "<i2").astype(np.int16)
             self.speaker.play(pcm, now - self.t0)
-        elif kind == "input_audio_buffer.speech_started":
+        elif kind == "input_audio_buffer.speech_started" and self.responses:
             self.speech_started_t.append(now)
         elif kind == "response.done" and event["response"]["status"] == "cancelled":
             self.speaker.stop(now - self.t0)
@@ -76,7 +84,7 @@ class InterruptConn(TurnConn):
             first_delta_t=None if first is None else first.first_delta_t,
             onset_sent_t=onset_sent_t,
             speech_started_t=list(self.speech_started_t),
-            committed=sum(t.committed_t is not None for t in self.turns()),
+            committed=sum(t.committed_t is not None for t in self.turns()) - self.earlier_turns,
             status=None if first is None else first.status,
             done_t=None if first is None else first.done_t,
         )
@@ -103,16 +111,51 @@ class ItemRun:
     error_codes: list[str] = field(default_factory=list)
 
 
+async def say_earlier_turn(
+    conn: InterruptConn,
+    turn_detection: dict[str, Any],
+    audio_input: dict[str, Any] | None,
+    turn: Pcm16,
+) -> str | None:
+    """The user's turn before the answer, said while the assistant is silent and
+    committed without an answer of its own (the session learns their voice from it);
+    sent at EARLIER_TURN_SPEED times real time. A turn the server never commits (too
+    quiet for its VAD) is cleared: the session learned nothing, as it would live.
+    None, or why the server refused the mode."""
+    quiet = {**turn_detection, "create_response": False}
+    refused = await configure(conn, quiet, audio_input)
+    if refused is not None:
+        return refused
+    audio = np.concatenate([silence(EARLIER_TURN_PAD_MS[0]), turn])
+    chunks = [audio[at : at + CHUNK] for at in range(0, len(audio), CHUNK)]
+    quiet_chunks = EARLIER_TURN_PAD_MS[1] // CHUNK_MS
+    for k in range(len(chunks) + quiet_chunks):
+        if k >= len(chunks) and conn.count("input_audio_buffer.committed"):
+            break
+        await conn.send(append_text(chunks[k] if k < len(chunks) else silence(CHUNK_MS)))
+        await asyncio.sleep(CHUNK_MS / 1000 / EARLIER_TURN_SPEED)
+    if not await conn.until(lambda: conn.count("input_audio_buffer.committed") > 0, 2.0):
+        await conn.send({"type": "input_audio_buffer.clear"})
+        await conn.until(lambda: conn.count("input_audio_buffer.cleared") > 0, 2.0)
+    conn.earlier_turns = conn.count("input_audio_buffer.committed")
+    return None
+
+
 async def stream_scenario(
     url: str,
     turn_detection: dict[str, Any],
     item: Scenario,
     trail_ms: int,
     audio_input: dict[str, Any] | None = None,
+    earlier: Pcm16 | None = None,
 ) -> ItemRun:
     conn = await InterruptConn.open(url, Tally(), None)
     out = ItemRun(item)
     try:
+        if earlier is not None:
+            out.refused = await say_earlier_turn(conn, turn_detection, audio_input, earlier)
+            if out.refused is not None:
+                return out
         out.refused = await configure(conn, turn_detection, audio_input)
         if out.refused is not None:
             return out
@@ -159,10 +202,24 @@ class ModeRun:
     items: list[ItemRun] = field(default_factory=list)
 
 
-async def run_mode(url: str, mode: Mode, items: list[Scenario], concurrency: int) -> ModeRun:
+async def run_mode(
+    url: str,
+    mode: Mode,
+    items: list[Scenario],
+    concurrency: int,
+    earlier: dict[str, Pcm16] | None = None,
+) -> ModeRun:
+    """`earlier`: the user's earlier turn by item name (bench/turns/earlier_turns.py)."""
     result = ModeRun(mode)
     detection = interrupting(mode)
-    first = await stream_scenario(url, detection, items[0], mode.trail_ms, mode.audio_input)
+    turns = earlier or {}
+
+    async def stream(item: Scenario) -> ItemRun:
+        return await stream_scenario(
+            url, detection, item, mode.trail_ms, mode.audio_input, turns.get(item.name)
+        )
+
+    first = await stream(items[0])
     if first.refused is not None:
         result.refused = first.refused
         return result
@@ -170,7 +227,7 @@ async def run_mode(url: str, mode: Mode, items: list[Scenario], concurrency: int
 
     async def one(item: Scenario) -> ItemRun:
         async with gate:
-            return await stream_scenario(url, detection, item, mode.trail_ms, mode.audio_input)
+            return await stream(item)
 
     result.items = [first, *await asyncio.gather(*(one(it) for it in items[1:]))]
     return result
@@ -189,12 +246,17 @@ async def served(backend: str) -> AsyncIterator[str]:
         server.stop()
 
 
-async def run(modes: list[Mode], items: list[Scenario], concurrency: int) -> list[ModeRun]:
+async def run(
+    modes: list[Mode],
+    items: list[Scenario],
+    concurrency: int,
+    earlier: dict[str, Pcm16] | None = None,
+) -> list[ModeRun]:
     results: list[ModeRun] = []
     for backend in dict.fromkeys(m.backend for m in modes):
         async with served(backend) as url:
             for mode in (m for m in modes if m.backend == backend):
-                results.append(await run_mode(url, mode, items, concurrency))
+                results.append(await run_mode(url, mode, items, concurrency, earlier))
     order = [m.name for m in modes]
     return sorted(results, key=lambda r: order.index(r.mode.name))
 

@@ -71,14 +71,16 @@ async def configure(
     it, else why not."""
     update = session_update(turn_detection)
     update["session"]["audio"]["input"].update(audio_input or {})
+    updated, errors = conn.count("session.updated"), conn.count("error")
     await conn.send(update)
     answered = await conn.until(
-        lambda: conn.count("session.updated") > 0 or conn.count("error") > 0, ACK_TIMEOUT_S
+        lambda: conn.count("session.updated") > updated or conn.count("error") > errors,
+        ACK_TIMEOUT_S,
     )
     if not answered:
         return "no session.updated"
-    if conn.error_codes:
-        return f"error {conn.error_codes[0]} after session.update"
+    if conn.count("error") > errors:
+        return f"error {conn.error_codes[errors]} after session.update"
     got = applied_type(conn.session_seen)
     if got != turn_detection["type"]:
         return f"turn_detection applied as {got}"
