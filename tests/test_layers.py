@@ -81,6 +81,7 @@ ALLOWED_WITHIN = {
         "models.speech.audio",
         "models.speech.files",
         "models.speech.whisper_files",
+        "models.speech.whisper_window",
     ),
 }
 

@@ -2,12 +2,9 @@
 (engine/interruption.py) with Whisper tiny.en on CTranslate2, called directly rather
 than through faster-whisper's `transcribe`, for two reasons measured on 2 cores:
 
-- Speed. `transcribe` pads every input to Whisper's 30 s window, and the encoder
-  over 30 s takes ~450 ms on one thread; over a 5 s window it takes ~25 ms. Held
-  speech is a second or two, so it is heard in a window of at least 5 s (the
-  shortest that kept tiny's transcripts as good as the 30 s window's on the
-  interruption set; shorter windows made it repeat and invent words): ~50 ms a
-  hearing, so held speech can be heard again every 100 ms as it grows.
+- Speed. `transcribe` pads every input to Whisper's 30 s window; held speech is
+  heard in a window just longer than it, at least 5 s (models/speech/whisper_window.py):
+  ~50 ms a hearing, so held speech can be heard again every 100 ms as it grows.
 - Confidence. A hearing says whether Whisper is sure of its words (mean token
   log-probability and no-speech probability, the two signals faster-whisper itself
   uses to call a window silent). Whisper hears words in a knock or in background
@@ -23,9 +20,7 @@ from that interruption)."""
 
 from __future__ import annotations
 
-import math
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
@@ -38,14 +33,13 @@ import soxr
 from models.base import PCM_RATE
 from models.listening.fair_pool import FairPool
 from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
+from models.speech.whisper_window import MAX_WINDOW_S, mel_window, window_s
 
 # Whisper is told that what came before was backchannels (its "previous text"
 # prompt): it then writes a hum as "Mm-hmm" where it invented words ("them.", "I'm
 # sorry.") and hears a short "No." or "Sorry." surely at 200 ms of speech, which it was
 # unsure of (make eval-turns' interruptions, replayed offline).
 PROMPT = "Mm-hmm. Uh-huh. Yeah. Okay. Right."
-MIN_WINDOW_S = 5
-MAX_WINDOW_S = 30  # Whisper's own; longer held speech is heard by its last 30 s
 MAX_TOKENS = 24  # held speech is a few words; a runaway transcript stops here
 # Sure of its words: chosen on the interruption set of `make eval-turns` (replayed
 # offline, every 100 ms of each item): the loosest pair with no backchannel, babble
@@ -59,47 +53,12 @@ SILENT_NO_SPEECH = 0.6
 SILENT_MEAN_LOGPROB = -1.0
 
 
-# The log-mel of the silence that pads held speech to its window is one value (Whisper
-# clamps every frame to 8 below the loudest, and silence is below that), so only the
-# speech and this much silence after it are transformed and the rest of the window is
-# filled with that value: the same features for a fraction of the FFTs (a second of
-# held speech in a 5 s window, a fifth). More than an FFT frame (400 samples) past
-# the speech, so the last column is silence alone.
-MEL_MARGIN = WHISPER_RATE // 10
-
-
-def mel_window(
-    features: Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]],
-    audio: npt.NDArray[np.float32],
-    seconds: int,
-    hop: int,
-) -> npt.NDArray[np.float32]:
-    """The log-mel features (n_mels, frames) of `audio` padded with silence to
-    `seconds`, as `features` computes them over the whole padded window."""
-    frames = seconds * WHISPER_RATE // hop
-    padded = np.zeros(min(seconds * WHISPER_RATE, len(audio) + MEL_MARGIN), np.float32)
-    padded[: len(audio)] = audio
-    mel = features(padded)
-    if mel.shape[1] >= frames:
-        return np.ascontiguousarray(mel[:, :frames])
-    out = np.empty((mel.shape[0], frames), np.float32)
-    out[:, : mel.shape[1]] = mel
-    out[:, mel.shape[1] :] = mel[:, -1:]
-    return out
-
-
 @dataclass(frozen=True)
 class Hearing:
     """A transcript of held speech and whether the recognizer is sure of it."""
 
     text: str
     sure: bool = True
-
-
-def window_s(samples_16k: int) -> int:
-    """The window held speech is heard in: whole seconds, at least MIN_WINDOW_S, with
-    half a second of silence after the speech."""
-    return max(MIN_WINDOW_S, min(MAX_WINDOW_S, math.ceil(samples_16k / WHISPER_RATE + 0.5)))
 
 
 def hearing_of(text: str, mean_logprob: float, no_speech: float) -> Hearing:

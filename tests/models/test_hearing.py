@@ -9,14 +9,8 @@ import pytest
 from bench.speech import silence
 from bench.turns.synth import speak
 from engine.interruption import DEFAULT_BACKCHANNELS, Heard, heard_of
-from models.listening.hearing import (
-    MAX_WINDOW_S,
-    MIN_WINDOW_S,
-    Hearing,
-    WhisperHearing,
-    hearing_of,
-    window_s,
-)
+from models.listening.hearing import Hearing, WhisperHearing, hearing_of
+from models.speech.whisper_window import MAX_WINDOW_S, MIN_WINDOW_S, window_s
 
 
 @pytest.fixture(scope="module")

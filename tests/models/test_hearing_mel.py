@@ -10,8 +10,8 @@ import soxr
 from faster_whisper.feature_extractor import FeatureExtractor
 
 from bench.speech import load_wav
-from models.listening.hearing import mel_window, window_s
 from models.speech.whisper_files import WHISPER_RATE
+from models.speech.whisper_window import mel_window, window_s
 
 
 def whole_window(features: FeatureExtractor, audio: np.ndarray, seconds: int) -> np.ndarray:

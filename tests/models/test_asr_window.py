@@ -1,0 +1,83 @@
+"""The cascade's recognizer in a short window (models/speech/asr.py): every word of
+the spoken fixtures, the window it uses, and the 30 s path for a transcript that runs
+away or audio too long for one window."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import soxr
+
+from bench.speech import FIXTURES, load_wav
+from models.base import PCM_RATE
+from models.speech.asr import TURN_WINDOW_S, WhisperRecognizer, runs_away
+from models.speech.whisper_files import WHISPER_RATE
+from models.speech.whisper_window import MAX_WINDOW_S, window_s
+
+
+@pytest.fixture(scope="module")
+def asr() -> WhisperRecognizer:
+    return WhisperRecognizer("tiny.en")
+
+
+def whole_window(asr: WhisperRecognizer, pcm: np.ndarray) -> str:
+    """What faster-whisper's `transcribe` (the 30 s window) makes of `pcm`."""
+    audio = soxr.resample(pcm.astype(np.float32) / 32768.0, PCM_RATE, WHISPER_RATE)
+    segments, _ = asr._model.transcribe(
+        audio, beam_size=5, language="en", without_timestamps=True, vad_filter=False
+    )
+    return "".join(s.text for s in segments).strip()
+
+
+# What bench/speech/make_fixtures.sh has espeak-ng say.
+SAID = {
+    "weather": "what is the weather like today",
+    "joke": "tell me a joke",
+    "timer": "set a timer for 10 minutes",
+    "lights": "please turn off the lights in the kitchen",
+}
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_word_of_a_question_is_heard(asr: WhisperRecognizer, name: str) -> None:
+    """(The 30 s window heard "set a timer" as "Center timer".)"""
+    assert words(asr.transcribe(load_wav(name), PCM_RATE)) == words(SAID[name])
+
+
+def test_a_turn_window_is_ten_seconds_at_least() -> None:
+    assert window_s(WHISPER_RATE * 3, TURN_WINDOW_S) == TURN_WINDOW_S
+    assert window_s(WHISPER_RATE * 12, TURN_WINDOW_S) == 13
+    assert window_s(WHISPER_RATE * 60, TURN_WINDOW_S) == MAX_WINDOW_S
+
+
+def test_a_loop_is_told_from_speech() -> None:
+    assert runs_away("Who wants to take notes" + " to take notes" * 20 + ".")
+    assert runs_away("Aren't they suing you? " * 3 + "Aren " * 20)
+    assert not runs_away("What is the weather like in Paris today?")
+    assert not runs_away("No, no, no, no.")  # a few repeats are speech
+    assert not runs_away("")
+
+
+def test_a_runaway_transcript_is_heard_again_in_the_whole_window(
+    asr: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pcm = load_wav("weather")
+    monkeypatch.setattr(asr, "_in_one_window", lambda audio: "the the the " * 30)
+    assert asr.transcribe(pcm, PCM_RATE) == whole_window(asr, pcm)
+
+
+def test_audio_longer_than_a_window_goes_through_transcribe(
+    asr: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def never(audio: np.ndarray) -> str:
+        raise AssertionError("one window cannot hold it")
+
+    monkeypatch.setattr(asr, "_in_one_window", never)
+    pcm = np.concatenate([load_wav("weather"), np.zeros(PCM_RATE * MAX_WINDOW_S, np.int16)])
+    assert "weather" in asr.transcribe(pcm, PCM_RATE).lower()
