@@ -404,7 +404,8 @@ class Session:
             return
         for turn_event in events:
             await self._on_turn_event(turn_event, received_at)
-        self.turns.after_frames(self._turn_so_far, self._turn_ms())
+        if self.turns.after_frames(self._turn_so_far, self._turn_ms()) is not None:
+            self._answer_early()
         if detector.in_speech:
             self.held.grew(self._now_ms() - (detector.pause_ms or 0))
         await self._advance_held()

@@ -18,6 +18,12 @@ from models.base import Executor, PromptItem
 # then still has 300 ms to run). semantic_vad begins where it first scores a pause
 # (its curve's candidate_pause_ms), since a confident score ends the turn soon after.
 SPECULATE_AFTER_MS = 200
+# server_vad: the answer begins this long before the silence window ends the turn
+# (and not before speculation does): about what the language model and the voice take
+# to the first audio on the development host (~470 ms), less what is left of the
+# recognition. A longer window than the default waits longer before answering, so a
+# user who pauses on purpose costs no answer thrown away.
+ANSWER_LEAD_MS = 300
 # A turn longer than this is not speculated on. Speculative recognition runs on the
 # recognizer every session shares and, once begun, to its end even when the user goes
 # on; so one session's speculation costs the others at most one call over this much
@@ -41,6 +47,14 @@ def speculation_step(
     if pause_ms is not None and pause_ms >= after_ms and turn_ms <= MAX_SPECULATED_MS:
         return Step.BEGIN
     return None
+
+
+def answer_early_due(pause_ms: int | None, silence_duration_ms: int, answered: bool) -> bool:
+    """server_vad: whether the answer to the turn in progress may begin now, its pause
+    `pause_ms` long (None: in speech) and its window `silence_duration_ms`;
+    `answered`: it was begun in this pause already."""
+    start = max(SPECULATE_AFTER_MS, silence_duration_ms - ANSWER_LEAD_MS)
+    return not answered and pause_ms is not None and pause_ms >= start
 
 
 class Speculation:

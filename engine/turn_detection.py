@@ -28,7 +28,13 @@ from engine.semantic_turns import (
     looks_final,
     silence_needed_ms,
 )
-from engine.speculation import SPECULATE_AFTER_MS, Speculation, Step, speculation_step
+from engine.speculation import (
+    SPECULATE_AFTER_MS,
+    Speculation,
+    Step,
+    answer_early_due,
+    speculation_step,
+)
 from engine.turns import ServerVadParams, SpeechStopped, TurnDetector, TurnEvent
 from engine.vad import VadBackend, VadStream
 from models.base import PCM_RATE, Executor, PromptItem
@@ -41,8 +47,8 @@ _warned_no_end_of_turn = False
 
 @dataclass(frozen=True)
 class AnswerEarly:
-    """The pause looks final but must grow before the turn ends: the answer may
-    begin now (engine/speculation.py)."""
+    """The pause looks final (semantic_vad), or is most of server_vad's window, but
+    must grow before the turn ends: the answer may begin now (engine/speculation.py)."""
 
 
 class TurnDetection:
@@ -62,6 +68,7 @@ class TurnDetection:
         self.scoring = PauseScoring(end_of_turn, post, name)
         self.speculation = Speculation(executor)
         self.detector: TurnDetector | None = None  # None: no turn detection
+        self._answered_early = False  # server_vad: the answer was begun in this pause
 
     def new_detector(self, params: ServerVadParams | None, now_ms: int) -> TurnDetector | None:
         """A detector for `params`, its clock at `now_ms`; used once `use`d."""
@@ -98,11 +105,16 @@ class TurnDetection:
                 await asyncio.sleep(delay)
         return detector.feed(await self.vad.score(pcm, offload=offload))
 
-    def after_frames(self, turn: Callable[[], PromptItem | None], turn_ms: int) -> None:
+    def after_frames(
+        self, turn: Callable[[], PromptItem | None], turn_ms: int
+    ) -> AnswerEarly | None:
         """After a batch of frames and its events: a score of a pause the detector no
         longer waits on goes (speech resumed, or the turn ended); speculation begins
         on the turn so far (`turn`, `turn_ms` long) in a long enough pause, and goes
-        when speech resumes."""
+        when speech resumes. With server_vad the answer may begin ANSWER_LEAD_MS
+        before its window ends the turn (`answer_early_due`): no score will ever say
+        the pause looks final, and unless the user goes on the language model and
+        the voice begin in those 300 ms instead of after them."""
         detector = self.detector
         semantic = detector if isinstance(detector, SemanticTurnDetector) else None
         self.scoring.keep_only(semantic.pending_pause if semantic else None)
@@ -114,6 +126,15 @@ class TurnDetection:
             self.speculation.discard()
         elif step is Step.BEGIN and (item := turn()) is not None:
             self.speculation.begin(item)
+        if step is Step.DISCARD or pause_ms is None:
+            self._answered_early = False
+        speculating = self.speculation.item_id is not None
+        if semantic is None and detector is not None and speculating:
+            window = detector.params.silence_duration_ms
+            if answer_early_due(pause_ms, window, self._answered_early):
+                self._answered_early = True
+                return AnswerEarly()
+        return None
 
     def scored(self, message: EndOfTurnScored) -> SpeechStopped | AnswerEarly | None:
         """What a pause's score decides: the turn ends (`SpeechStopped`), or its
@@ -132,6 +153,7 @@ class TurnDetection:
         """Stop what is in flight: the end-of-turn scoring and speculation."""
         self.scoring.reset()
         self.speculation.discard()
+        self._answered_early = False
 
     def reset(self, now_ms: int) -> None:
         """The turn so far is gone (committed or cleared): start over at `now_ms`."""

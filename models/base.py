@@ -123,6 +123,12 @@ class ExecutorStats:
         speculative one)."""
         self.marks[key] = self.marks.setdefault(with_key, {})
 
+    def adopted(self, key: str, model_key: str) -> None:
+        """A response (`key`) that adopted the speculative one the model ran as
+        `model_key` has ended: its counters are that one's."""
+        if model_key in self.tokens_by_request:
+            self.tokens_by_request[key] = self.tokens_by_request[model_key]
+
 
 class Executor(ABC):
     name: str = "executor"
@@ -158,6 +164,11 @@ class Executor(ABC):
         """The transcript of `prepare_early`'s recognition of `item_id` once done
         (None: none, e.g. no recognizer here, or recognition was busy)."""
         return None
+
+    def model_request_id(self, request_id: str) -> str:
+        """The id the model knows response `request_id` by while it runs: the early
+        answer's own when the response adopted one (`answer_early`)."""
+        return request_id
 
     def discard_speculation(self, item_id: str) -> None:  # noqa: B027 - optional hook
         """Throw away `prepare_early`'s (and `answer_early`'s) work on `item_id`:

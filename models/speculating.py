@@ -34,6 +34,9 @@ class SpeculatingExecutor(Executor):
     async def speculative_text(self, item_id: str) -> str | None:
         return await self.transcripts.speculative_text(item_id)
 
+    def model_request_id(self, request_id: str) -> str:
+        return self.responses.resolve(request_id)
+
     def discard_speculation(self, item_id: str) -> None:
         self.responses.discard(item_id)
         self.transcripts.discard(item_id)

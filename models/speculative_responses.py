@@ -98,14 +98,19 @@ class SpeculativeResponses:
         self, prompt: Prompt, fresh: Generate, stats: ExecutorStats
     ) -> AsyncGenerator[OutputChunk, None]:
         """An executor's `generate`: the adopted speculation's chunks (its marks are
-        the response's too), or `fresh(prompt)`."""
+        the response's too, and its counters once it ends), or `fresh(prompt)`."""
         adopted = self.take(prompt)
+        model_id = self.resolve(prompt.request_id)
         if adopted is not None:
-            stats.share_marks(prompt.request_id, self.resolve(prompt.request_id))
+            stats.share_marks(prompt.request_id, model_id)
         chunks = fresh(prompt) if adopted is None else adopted
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                yield chunk
+        try:
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            if adopted is not None:
+                stats.adopted(prompt.request_id, model_id)
 
     def resolve(self, request_id: str) -> str:
         """The id the model knows a request by (an adopted speculation's own)."""

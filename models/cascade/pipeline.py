@@ -47,6 +47,11 @@ class CascadeStats(ExecutorStats):
     transcribed: int = 0
     sentences_by_request: dict[str, int] = field(default_factory=dict)
 
+    def adopted(self, key: str, model_key: str) -> None:
+        super().adopted(key, model_key)
+        if model_key in self.sentences_by_request:
+            self.sentences_by_request[key] = self.sentences_by_request[model_key]
+
 
 class CascadeExecutor(SpeculatingExecutor):
     name = "cascade"

@@ -11,7 +11,14 @@ import numpy.typing as npt
 import pytest
 
 from bench.speech import load_wav, silence
-from engine.speculation import MAX_SPECULATED_MS, SPECULATE_AFTER_MS, Step, speculation_step
+from engine.speculation import (
+    ANSWER_LEAD_MS,
+    MAX_SPECULATED_MS,
+    SPECULATE_AFTER_MS,
+    Step,
+    answer_early_due,
+    speculation_step,
+)
 from engine.vad import ScriptedScorer
 from models.base import Prompt, PromptItem, prompt_key
 from models.scripted import ScriptedExecutor
@@ -33,6 +40,20 @@ def test_begins_once_the_pause_is_long_enough() -> None:
 def test_discards_when_the_user_goes_on_and_keeps_through_the_pause() -> None:
     assert speculation_step(SPECULATE_AFTER_MS + 300, speculating=True) is None
     assert speculation_step(None, speculating=True) is Step.DISCARD
+
+
+def test_server_vad_answers_early_once_a_pause_nears_its_window() -> None:
+    # The default 500 ms window: with the speculation, 300 ms before the window ends.
+    assert answer_early_due(SPECULATE_AFTER_MS, 500, answered=False)
+    assert not answer_early_due(SPECULATE_AFTER_MS - 20, 500, answered=False)
+    assert not answer_early_due(None, 500, answered=False)  # in speech
+    assert not answer_early_due(400, 500, answered=True)  # once per pause
+    # A longer window: ANSWER_LEAD_MS before it ends, not at the speculation.
+    assert not answer_early_due(SPECULATE_AFTER_MS, 1000, answered=False)
+    assert answer_early_due(1000 - ANSWER_LEAD_MS, 1000, answered=False)
+    # A window shorter than the lead: never before the speculation.
+    assert not answer_early_due(100, 200, answered=False)
+    assert answer_early_due(SPECULATE_AFTER_MS, 200, answered=False)
 
 
 def test_a_turn_too_long_is_not_speculated_on() -> None:
@@ -141,6 +162,68 @@ async def test_a_pause_that_looks_final_begins_the_answer_before_the_commit() ->
         # The response asked for has the prompt the answer was begun on.
         [asked_for] = executor.prompts
         assert prompt_key(asked_for) == prompt_key(speculated)
+
+
+def server_vad(silence_ms: int) -> dict[str, object]:
+    detection = {"type": "server_vad", "silence_duration_ms": silence_ms}
+    return {
+        "type": "session.update",
+        "session": {"type": "realtime", "audio": {"input": {"turn_detection": detection}}},
+    }
+
+
+async def test_server_vad_begins_the_answer_in_its_window_and_the_commit_adopts_it() -> None:
+    """A 350 ms pause inside the turn (under the 500 ms window) begins an answer that the
+    user's going on throws away; the final pause begins another, and the response asked
+    for at the commit has its prompt."""
+    executor = Recording()
+    async with Harness(executor) as h:
+        speech = load_wav("weather")
+        pcm = np.concatenate([silence(300), speech, silence(350), speech, silence(900)])
+        await append_chunked(h, pcm)
+        await h.settle()
+        [committed] = h.of("input_audio_buffer.committed")
+        item_id = committed["item_id"]
+        assert len(executor.responses) == 2  # one per pause, however many appends
+        first, last = executor.responses
+        assert first.items[-1].id == last.items[-1].id == item_id
+        assert first.items[-1].audio is not None and last.items[-1].audio is not None
+        assert len(first.items[-1].audio) < len(last.items[-1].audio)  # the whole turn
+        assert ("discard", item_id, 0) in executor.calls  # the user went on
+        [asked_for] = executor.prompts
+        assert prompt_key(asked_for) == prompt_key(last)
+
+
+async def test_a_longer_window_answers_early_only_near_its_end() -> None:
+    """A 1000 ms window: a 500 ms pause begins the speculation but no answer (that
+    waits until 700 ms); the final pause begins one."""
+    executor = Recording()
+    async with Harness(executor) as h:
+        await h.send(server_vad(1000))
+        await h.settle()
+        speech = load_wav("weather")
+        await append_chunked(h, np.concatenate([silence(300), speech, silence(500)]))
+        await h.settle()
+        assert [hook for hook, _, _ in executor.calls] == ["prepare_early"]
+        assert executor.responses == []
+        await append_chunked(h, np.concatenate([speech, silence(1400)]))
+        await h.settle()
+        assert len(h.of("input_audio_buffer.committed")) == 1
+        assert len(executor.responses) == 1
+
+
+async def test_no_answer_is_begun_early_without_create_response() -> None:
+    executor = Recording()
+    async with Harness(executor) as h:
+        update = server_vad(500)
+        detection = update["session"]["audio"]["input"]["turn_detection"]  # type: ignore[index]
+        detection["create_response"] = False
+        await h.send(update)
+        await h.settle()
+        await append_chunked(h, np.concatenate([silence(300), load_wav("weather"), silence(900)]))
+        await h.settle()
+        assert len(h.of("input_audio_buffer.committed")) == 1
+        assert executor.responses == []
 
 
 async def test_an_unsure_pause_begins_no_answer_and_speech_going_on_discards() -> None:
