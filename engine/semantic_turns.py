@@ -55,6 +55,9 @@ class TurnCurve:
     # While the model is unsure, score the pause again after this much more silence
     # (its score rises as the silence grows); None: once per pause.
     rescore_ms: int | None = None
+    # The longest an unsure score makes the user wait (the linear scale tops out here);
+    # None: the eagerness' maximum wait. Never past that wait, whatever it says.
+    unsure_wait_ms: int | None = None
 
 
 # One curve per eagerness, chosen on `python -m bench.turns.sweep` (docs/turn-taking.md):
@@ -96,11 +99,14 @@ def silence_needed_ms(
 ) -> int:
     """Silence (from the end of speech) that ends the turn, given the model's
     probability that the user has finished: short when confident, scaled up
-    linearly to the maximum wait as the probability falls to 0."""
+    linearly to the curve's unsure wait (at most the maximum wait) as the probability
+    falls to 0."""
     cap = max_wait_ms(eagerness)
     if probability is None:
         return min(FALLBACK_SILENCE_MS, cap)
     curve = curve or curve_for(eagerness)
+    if curve.unsure_wait_ms is not None:
+        cap = min(cap, max(curve.unsure_wait_ms, curve.confident_silence_ms))
     short = curve.confident_silence_ms
     p = min(max(probability, 0.0), 1.0)
     if p >= curve.confident_probability:
