@@ -133,5 +133,7 @@ def test_the_unsure_wait_never_passes_openais(wait: int) -> None:
     assert silence_needed_ms("auto", 0.0, curve) == min(wait, max_wait_ms("auto"))
     assert silence_needed_ms("high", 0.0, curve) == min(wait, max_wait_ms("high"))
     assert silence_needed_ms("auto", 0.9, curve) == 150
-    # Below the line, still linear in the doubt, up to the unsure wait.
-    assert 150 < silence_needed_ms("auto", 0.35, curve) < silence_needed_ms("auto", 0.1, curve)
+    # Below the line, the same linear scale as without the cap, up to the cap.
+    uncapped = TurnCurve(120, 0.7, 150)
+    assert silence_needed_ms("auto", 0.68, curve) == silence_needed_ms("auto", 0.68, uncapped)
+    assert silence_needed_ms("auto", 0.68, curve) < silence_needed_ms("auto", 0.3, curve)
