@@ -318,6 +318,10 @@ def table(reference: Row, fronts: dict[str, list[Row]], chosen: Row, defaults: l
     return "\n".join(lines)
 
 
+def ms_or_none(value: str) -> int | None:
+    return None if value.lower() == "none" else int(value)
+
+
 def parser() -> argparse.ArgumentParser:
     assert __doc__
     p = argparse.ArgumentParser(
@@ -350,15 +354,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--confident-probability", type=float, nargs="+", default=CONFIDENT_PROBABILITY)
     p.add_argument("--confident-silence-ms", type=int, nargs="+", default=CONFIDENT_SILENCE_MS)
     p.add_argument(
-        "--rescore-ms",
-        type=lambda v: None if v.lower() == "none" else int(v),
-        nargs="+",
-        default=RESCORE_MS,
-        help="'none' for once per pause",
+        "--rescore-ms", type=ms_or_none, nargs="+", default=RESCORE_MS, help="'none': once"
     )
     p.add_argument(
         "--unsure-wait-ms",
-        type=lambda v: None if v.lower() == "none" else int(v),
+        type=ms_or_none,
         nargs="+",
         default=UNSURE_WAIT_MS,
         help="the longest wait an unsure score sets; 'none' for the eagerness' maximum",
