@@ -67,7 +67,7 @@ CANDIDATE_PAUSE_MS = (120, 160, 200)
 CONFIDENT_PROBABILITY = (0.3, 0.5, 0.7, 0.9)
 CONFIDENT_SILENCE_MS = (150, 200, 250, 300)
 RESCORE_MS: tuple[int | None, ...] = (None, 200, 400)
-UNSURE_WAIT_MS: tuple[int | None, ...] = (None,)  # None: the eagerness' maximum wait
+UNSURE_WAIT_MS: tuple[int | None, ...] = (None, 1000)  # None: the eagerness' maximum wait
 
 # The targets at eagerness auto (docs/turn-taking.md).
 MAX_CUT_OFFS = 2

@@ -91,7 +91,7 @@ def test_an_unsure_model_keeps_the_pause_and_the_unsure_wait_bounds_the_end(
 
 
 def test_a_confident_model_cuts_the_pause_and_misses_the_hold_target(tmp_path: Path) -> None:
-    report = sweep(tmp_path, 0.95)
+    report = sweep(tmp_path, 0.95, "--unsure-wait-ms", "none")
     (curve,) = report["curves"]
     assert curve["sets"]["real-hesitation-dev"]["cut_offs"] == 1
     assert curve["eot_bench"]["real-dev"]["cutoff_at_action_delay"]["300ms"] == 1.0
