@@ -55,6 +55,9 @@ class TurnCurve:
     # While the model is unsure, score the pause again after this much more silence
     # (its score rises as the silence grows); None: once per pause.
     rescore_ms: int | None = None
+    # The longest an unsure score makes the user wait: the linear scale is cut off here
+    # (unchanged below it); None: at the eagerness' maximum wait, which always holds.
+    unsure_wait_ms: int | None = None
 
 
 # One curve per eagerness, chosen on `python -m bench.turns.sweep` (docs/turn-taking.md):
@@ -63,10 +66,17 @@ class TurnCurve:
 # one end of the measured front. medium (and auto): answer quickly, taking the model's
 # word at 0.7; low: let the user take their time, a turn ends on a near-certain score
 # and 750 ms, or the long wait; high: the quickest end the model allows.
+# medium waits at most 1 s on an unsure score: on recorded voices Smart Turn stays
+# unsure of some finished read sentences (0.05, 0.39), which waited up to 3.8 s; capped,
+# complete turns' committed p90 is 1064 ms (dev) and 992 (held) instead of 2834 and
+# 1140, espeak's 1106 instead of 1436, with the same cut-offs on every set (espeak's
+# pauses are 600-900 ms) and the same p50 (replayed, bench/turns/sweep.py, 2026-12-05).
+# high takes the same cap (so it never waits longer than medium; its p90s fall the
+# same way, cut-offs unchanged); low keeps the long wait, its patience being its point.
 CURVES: dict[str, TurnCurve] = {
     "low": TurnCurve(120, 0.98, 750, rescore_ms=400),
-    "medium": TurnCurve(120, 0.7, 150),
-    "high": TurnCurve(120, 0.5, 100),
+    "medium": TurnCurve(120, 0.7, 150, unsure_wait_ms=1000),
+    "high": TurnCurve(120, 0.5, 100, unsure_wait_ms=1000),
 }
 
 
@@ -96,7 +106,8 @@ def silence_needed_ms(
 ) -> int:
     """Silence (from the end of speech) that ends the turn, given the model's
     probability that the user has finished: short when confident, scaled up
-    linearly to the maximum wait as the probability falls to 0."""
+    linearly to the maximum wait as the probability falls to 0, and never past the
+    curve's unsure wait."""
     cap = max_wait_ms(eagerness)
     if probability is None:
         return min(FALLBACK_SILENCE_MS, cap)
@@ -106,7 +117,8 @@ def silence_needed_ms(
     if p >= curve.confident_probability:
         return short
     doubt = 1.0 - p / curve.confident_probability  # 0 at the confident line, 1 at p = 0
-    return min(cap, round(short + (cap - short) * doubt))
+    wait = cap if curve.unsure_wait_ms is None else max(curve.unsure_wait_ms, short)
+    return min(cap, wait, round(short + (cap - short) * doubt))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,11 @@ are cached by the audio scored (also on disk, in the set's cache dir), so a grid
 one model call per distinct candidate instant. Prints the Pareto front (hesitation
 cut-offs against complete questions' committed p50) per eagerness and the curve that
 best meets the targets of docs/turn-taking.md; writes JSON to
-bench/results/turn_curve.json (or --out).
+bench/results/turn_curve.json (or --out). With recorded-voice sets among --sets (the
+default: bench/turns/real_sets.py, fetched once into the temp dir) it also prints, per
+curve on the front and the shipped ones, the figures per voice set, eot-bench's among
+them (bench/turns/sweep_voices.py), and the recommendation weighs the recorded
+voices' targets on their development part.
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.turns.corpus import CACHE_DIR, SETS, make_corpus
+from bench.turns import sweep_voices
+from bench.turns.corpus import CACHE_DIR, SETS, Corpus, make_corpus
+from bench.turns.noise import Pcm16
+from bench.turns.real_sets import REAL_SETS, make_real_corpus
+from bench.turns.recorded import FetchFailed
 from bench.turns.replay import (
     DELIVERY_MS,
     Model,
@@ -59,6 +67,7 @@ CANDIDATE_PAUSE_MS = (120, 160, 200)
 CONFIDENT_PROBABILITY = (0.3, 0.5, 0.7, 0.9)
 CONFIDENT_SILENCE_MS = (150, 200, 250, 300)
 RESCORE_MS: tuple[int | None, ...] = (None, 200, 400)
+UNSURE_WAIT_MS: tuple[int | None, ...] = (None, 1000)  # None: the eagerness' maximum wait
 
 # The targets at eagerness auto (docs/turn-taking.md).
 MAX_CUT_OFFS = 2
@@ -67,9 +76,15 @@ NOISY_SETS = ("snr10", "snr5")
 
 
 def curve_of(
-    candidate_pause_ms: int, confident_probability: float, silence_ms: int, rescore_ms: int | None
+    candidate_pause_ms: int,
+    confident_probability: float,
+    silence_ms: int,
+    rescore_ms: int | None,
+    unsure_wait_ms: int | None = None,
 ) -> TurnCurve:
-    return TurnCurve(candidate_pause_ms, confident_probability, silence_ms, rescore_ms)
+    return TurnCurve(
+        candidate_pause_ms, confident_probability, silence_ms, rescore_ms, unsure_wait_ms
+    )
 
 
 def grid(
@@ -77,19 +92,21 @@ def grid(
     probabilities: Sequence[float] = CONFIDENT_PROBABILITY,
     silences: Sequence[int] = CONFIDENT_SILENCE_MS,
     rescores: Sequence[int | None] = RESCORE_MS,
+    unsure_waits: Sequence[int | None] = UNSURE_WAIT_MS,
 ) -> list[TurnCurve]:
     return [
         curve_of(*point)
-        for point in itertools.product(candidates, probabilities, silences, rescores)
+        for point in itertools.product(candidates, probabilities, silences, rescores, unsure_waits)
     ]
 
 
 def label(curve: TurnCurve) -> str:
     """ "200/0.5/250/-": candidate pause, confident probability, confident silence,
-    rescore (- for once)."""
+    rescore (- for once); "/w1200" after it when the unsure wait is capped."""
     silence = curve.confident_silence_ms
     rescore = "-" if curve.rescore_ms is None else str(curve.rescore_ms)
-    return f"{curve.candidate_pause_ms}/{curve.confident_probability:g}/{silence}/{rescore}"
+    wait = "" if curve.unsure_wait_ms is None else f"/w{curve.unsure_wait_ms}"
+    return f"{curve.candidate_pause_ms}/{curve.confident_probability:g}/{silence}/{rescore}{wait}"
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,7 @@ class Row:
     eagerness: str | None
     curve: TurnCurve | None
     sets: dict[str, dict[str, Any]]  # set -> bench/turns/score.py `summarize`
+    eot: dict[str, dict[str, Any]] = field(default_factory=dict)  # voice set -> eot_metrics
 
     def count(self, set_name: str, key: str) -> int:
         figure = self.sets.get(set_name, {}).get(key, 0)
@@ -129,16 +147,20 @@ def targets(row: Row, reference: Row) -> dict[str, bool]:
         if s in row.sets
         for k in ("missed", "extra_turns")
     )
-    return {
+    met = {
         "cut_offs": row.cut_offs <= MAX_CUT_OFFS,
         "latency": row.p50 <= MAX_COMPLETE_P50_MS,
         "noisy": noisy,
     }
+    if sweep_voices.TUNED_ON in row.eot:  # recorded voices swept: their targets too
+        met["real"] = sweep_voices.shortfall(row.sets, row.eot) == 0
+    return met
 
 
 def preference(row: Row, reference: Row) -> tuple[Any, ...]:
     """Sort key, best first: every target met; else the fewest cut-offs beyond
-    `MAX_CUT_OFFS`, then the noisy sets no worse than server_vad, then the lowest
+    `MAX_CUT_OFFS`, then the nearest to the recorded voices' targets on their
+    development part, then the noisy sets no worse than server_vad, then the lowest
     complete p50. Ties go to the lower p90, then to fewer model calls (no rescoring,
     a longer candidate pause)."""
     met = targets(row, reference)
@@ -147,6 +169,7 @@ def preference(row: Row, reference: Row) -> tuple[Any, ...]:
     return (
         not all(met.values()),
         max(row.cut_offs - MAX_CUT_OFFS, 0),
+        sweep_voices.shortfall(row.sets, row.eot),
         not met["noisy"],
         row.p50,
         row.cut_offs,
@@ -182,10 +205,14 @@ def measure(
     delivery_ms: int,
 ) -> Row:
     by_set: dict[str, list[Any]] = {}
+    by_group: dict[str, list[Any]] = {}
     for r in items:
         turns = replay(r, new_detector(), trail_ms, scores, score_delay_ms, delivery_ms)
         by_set.setdefault(r.item.set, []).append(outcome(r, turns, trail_ms))
-    return Row(name, eagerness, curve, {s: summarize(o) for s, o in by_set.items()})
+        if (group := sweep_voices.group_of(r)) is not None:
+            by_group.setdefault(group, []).extend(sweep_voices.silences(r, turns, trail_ms))
+    sets = {s: summarize(o) for s, o in by_set.items()}
+    return Row(name, eagerness, curve, sets, sweep_voices.eot_by_group(by_group))
 
 
 def sweep(
@@ -250,7 +277,7 @@ def row_json(row: Row, reference: Row) -> dict[str, Any]:
     if row.curve is not None:
         out["curve"] = asdict(row.curve)
         out["targets"] = targets(row, reference)
-    return out | {"sets": row.sets}
+    return out | {"sets": row.sets, "eot_bench": row.eot}
 
 
 def _ms(value: float | None) -> str:
@@ -282,7 +309,17 @@ def table(reference: Row, fronts: dict[str, list[Row]], chosen: Row, defaults: l
         lines.append(f"Pareto front, {eagerness}:")
         lines += [table_line(row, reference) for row in front]
     lines.append("recommended: " + table_line(chosen, reference))
+    groups = [g for g in sweep_voices.GROUPS if g in reference.eot]
+    if any(g != "espeak" for g in groups):
+        shown = [reference, *defaults, *(r for f in fronts.values() for r in f), chosen]
+        named = {r.name: r for r in shown}  # each once
+        lines += sweep_voices.header(groups)
+        lines += [sweep_voices.line(r.name, r.sets, r.eot, groups) for r in named.values()]
     return "\n".join(lines)
+
+
+def ms_or_none(value: str) -> int | None:
+    return None if value.lower() == "none" else int(value)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -291,7 +328,13 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m bench.turns.sweep", description=__doc__.split("\n")[0]
     )
     p.add_argument("--seed", type=int, default=15)
-    p.add_argument("--sets", nargs="+", choices=SETS, default=SETS)
+    p.add_argument(
+        "--sets",
+        nargs="+",
+        choices=SETS + REAL_SETS,
+        default=SETS + REAL_SETS,
+        help="the recorded voices' sets are fetched the first time (bench/turns/recorded.py)",
+    )
     p.add_argument("--limit", type=int, help="at most this many items per set")
     p.add_argument(
         "--eagerness",
@@ -311,23 +354,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--confident-probability", type=float, nargs="+", default=CONFIDENT_PROBABILITY)
     p.add_argument("--confident-silence-ms", type=int, nargs="+", default=CONFIDENT_SILENCE_MS)
     p.add_argument(
-        "--rescore-ms",
-        type=lambda v: None if v.lower() == "none" else int(v),
+        "--rescore-ms", type=ms_or_none, nargs="+", default=RESCORE_MS, help="'none': once"
+    )
+    p.add_argument(
+        "--unsure-wait-ms",
+        type=ms_or_none,
         nargs="+",
-        default=RESCORE_MS,
-        help="'none' for once per pause",
+        default=UNSURE_WAIT_MS,
+        help="the longest wait an unsure score sets; 'none' for the eagerness' maximum",
     )
     p.add_argument("--no-cache", action="store_true", help="do not keep scores on disk")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "turn_curve.json")
     return p
 
 
-def main(argv: list[str] | None = None, model: Model | None = None) -> int:
-    """The sweep; `model` replaces Smart Turn (tests)."""
+def main(
+    argv: list[str] | None = None,
+    model: Model | None = None,
+    real_corpus: Callable[[int, list[Pcm16]], Corpus] = make_real_corpus,
+) -> int:
+    """The sweep; `model` replaces Smart Turn and `real_corpus` the recorded voices'
+    sets (tests)."""
     args = parser().parse_args(argv)
     try:
         corpus = make_corpus(args.seed)
-    except EspeakMissing as missing:
+        if set(args.sets) & set(REAL_SETS):
+            real = real_corpus(args.seed, corpus.babble)
+            corpus = Corpus(corpus.seed, corpus.items + real.items, corpus.babble)
+    except (EspeakMissing, FetchFailed) as missing:
         print(missing, file=sys.stderr)
         return 2
     model = model or smart_turn()
@@ -349,6 +403,7 @@ def main(argv: list[str] | None = None, model: Model | None = None) -> int:
         args.confident_probability,
         args.confident_silence_ms,
         args.rescore_ms,
+        args.unsure_wait_ms,
     )
     try:
         reference, rows = sweep(

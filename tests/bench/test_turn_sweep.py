@@ -135,7 +135,7 @@ def test_the_front_and_the_choice_follow_the_targets() -> None:
     assert min(over, key=lambda r: preference(r, reference)).p50 == 380
     rows.append(row(2, 390))
     assert min(rows, key=lambda r: preference(r, reference)).p50 == 390
-    assert len(grid()) == 3 * 4 * 4 * 3
+    assert len(grid()) == 3 * 4 * 4 * 3 * 2
 
 
 def test_the_sweep_writes_its_report(tmp_path: Path) -> None:
@@ -144,6 +144,7 @@ def test_the_sweep_writes_its_report(tmp_path: Path) -> None:
     argv = ["--limit", "1", "--sets", "complete", "hesitation", "--no-cache", "--out", str(out)]
     argv += ["--candidate-pause-ms", "200", "--confident-probability", "0.5"]
     argv += ["--confident-silence-ms", "250", "--rescore-ms", "none", "400"]
+    argv += ["--unsure-wait-ms", "none"]
     assert main(argv, model=Fake(0.05)) == 0
     report = json.loads(out.read_text())
     assert report["reference"]["name"] == "server_vad/silero"

@@ -72,6 +72,10 @@ def test_semantic_vad_ends_each_question_in_babble_as_server_vad_does() -> None:
 
 
 def test_in_a_quiet_room_an_unsure_pause_still_waits() -> None:
-    detector = SemanticTurnDetector(SemanticVadParams(eagerness="auto"))
+    detector = SemanticTurnDetector(SemanticVadParams(eagerness="low"))
     # 1.9 s gaps are shorter than the wait an unsure score sets: one turn, as before.
     assert turn_ends(detector, room(noisy=False)) == []  # no pause ended the turn
+    # auto waits its unsure wait (1 s), twice server_vad's window, not the noisy cap.
+    detector = SemanticTurnDetector(SemanticVadParams(eagerness="auto"))
+    ends = turn_ends(detector, room(noisy=False))
+    assert [end - q for end, q in zip(ends, question_ends_ms(), strict=True)] == [1024] * 3

@@ -12,6 +12,7 @@ from engine.semantic_turns import (
     CURVES,
     FALLBACK_SILENCE_MS,
     MAX_WAIT_MS,
+    NEVER,
     SemanticTurnDetector,
     SemanticVadParams,
     TurnCurve,
@@ -66,8 +67,10 @@ def test_silence_needed_is_short_when_confident_and_grows_with_doubt(eagerness: 
     assert short == silence_needed_ms(e, sure) < max_wait_ms(e)
     assert silence_needed_ms(e, sure - 0.05) > short
     assert silence_needed_ms(e, 0.1) > silence_needed_ms(e, sure - 0.05)
-    assert silence_needed_ms(e, 0.0) == max_wait_ms(e)  # never past the cap
-    assert silence_needed_ms(e, -1.0) == max_wait_ms(e)  # out-of-range scores clamp
+    # The longest wait: the curve's unsure wait (medium's 1 s), never past OpenAI's cap.
+    longest = min(max_wait_ms(e), CURVES["medium" if e == "auto" else e].unsure_wait_ms or NEVER)
+    assert silence_needed_ms(e, 0.0) == longest
+    assert silence_needed_ms(e, -1.0) == longest  # out-of-range scores clamp
     assert silence_needed_ms(e, None) == FALLBACK_SILENCE_MS == 500
 
 

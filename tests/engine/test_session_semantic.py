@@ -95,18 +95,19 @@ async def test_speech_after_a_hesitation_drops_the_pending_score() -> None:
 async def test_an_unsure_model_is_overruled_by_the_maximum_wait() -> None:
     model = FakeEndOfTurn()
     async with Harness(end_of_turn=model) as h:
-        await h.send(semantic_update(eagerness="high"))
+        # low: its curve keeps OpenAI's wait (medium and high stop at 1 s, below it)
+        await h.send(semantic_update(eagerness="low"))
         await h.settle()
         await send_all(h, np.concatenate([silence(300), load_wav("weather"), silence(1000)]))
         pending = await model.asked(h)
-        pending.set_result(0.0)  # "not finished": wait up to the cap (2 s for high)
+        pending.set_result(0.0)  # "not finished": wait up to the cap (8 s for low)
         await h.settle()
         assert h.of("input_audio_buffer.committed") == []
-        await send_all(h, silence(1200))
+        await send_all(h, silence(7200))
         await h.settle()
         [stopped] = h.of("input_audio_buffer.speech_stopped")
         assert len(h.of("input_audio_buffer.committed")) == 1
-        assert stopped["audio_end_ms"] <= 300 + len(load_wav("weather")) // 24 + 2000 + 100
+        assert stopped["audio_end_ms"] <= 300 + len(load_wav("weather")) // 24 + 8000 + 100
 
 
 async def stop_ms(update: dict[str, Any]) -> int:
@@ -180,13 +181,13 @@ class Transcribing(ScriptedExecutor):
 
 
 async def pause_commits(end_of_turn: EndOfTurnModel) -> tuple[bool, Transcribing]:
-    """Whether a second of silence after a phrase ends the turn (semantic_vad auto)."""
+    """Whether 0.7 s of silence after a phrase ends the turn (semantic_vad auto)."""
     executor = Transcribing()
     async with Harness(executor=executor, end_of_turn=end_of_turn) as h:
         await h.send(semantic_update())
         await h.settle()
         await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
-        await append_chunked(h, silence(1000))
+        await append_chunked(h, silence(700))
         await h.settle()
         return bool(h.of("input_audio_buffer.committed")), executor
 
@@ -196,5 +197,5 @@ async def test_the_words_hold_a_turn_the_sound_alone_would_end() -> None:
     assert committed and executor.asked == []  # the sound alone: ended at 150 ms
     reading = SoundAndWords(SureSounding(), Unfinished(), budget_s=60)
     committed, executor = await pause_commits(reading)
-    assert not committed  # the unfinished phrase needs ~2.5 s of silence at auto
+    assert not committed  # the unfinished phrase needs auto's unsure wait, 1 s
     assert executor.asked and reading.stats.fused >= 1
