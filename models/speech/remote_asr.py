@@ -1,0 +1,108 @@
+"""Speech recognition on a remote server: any OpenAI-compatible
+`POST /v1/audio/transcriptions` (vLLM serving Whisper, faster-whisper servers).
+
+A turn goes as a 16-bit mono WAV in a multipart form with the model, the language
+and an optional prompt; the answer is JSON `{"text": ...}`. It implements the same
+blocking `SpeechRecognizer` as the embedded Whisper, so the pipeline and speculative
+recognition (models/speech/transcripts.py) use it unchanged, from worker threads
+sharing one connection pool. Retries and failover: models/remote_http.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import wave
+
+import httpx
+import numpy as np
+
+from models.remote_http import (
+    RemoteOptions,
+    Replicas,
+    Retryable,
+    StageError,
+    api_base,
+    describe_remote,
+    give_up,
+    served_model,
+    status_error,
+    transport_error,
+)
+from models.speech.files import ModelInfo
+
+ASR_FIX = "check --asr-url (PARLEY_ASR_URL) and that the server is up, or unset it"
+
+
+def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
+    """int16 mono `pcm` at `rate` as a WAV file (servers resample it themselves)."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(rate)
+        wav.writeframes(np.asarray(pcm, dtype="<i2").tobytes())
+    return out.getvalue()
+
+
+def transcript_text(stage_url: str, body: bytes) -> str:
+    """The `text` of a transcription answer; a StageError for anything else."""
+    try:
+        text = json.loads(body)["text"]
+    except (ValueError, KeyError, TypeError):
+        shown = body[:200].decode(errors="replace")
+        raise StageError(f"asr server {stage_url} sent no transcription: {shown!r}") from None
+    if not isinstance(text, str):
+        raise StageError(f"asr server {stage_url} sent a transcription that is not text")
+    return text.strip()
+
+
+class RemoteRecognizer:
+    """A `SpeechRecognizer` over HTTP. `model` is checked at start (`served_model`)."""
+
+    def __init__(
+        self, options: RemoteOptions, *, language: str = "en", prompt: str = "", check: bool = True
+    ) -> None:
+        self.options = options
+        self.language = language
+        self.prompt = prompt
+        self.model = served_model(options, ASR_FIX) if check else (options.model or "")
+        self.name = f"remote-asr-{self.model}"
+        self.replicas = Replicas(options)
+        self._client = httpx.Client(
+            timeout=options.timeout(), headers=options.headers(), limits=options.limits()
+        )
+
+    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+        if len(pcm) < rate // 10:
+            return ""  # as the embedded Whisper: nothing to hear in under 0.1 s
+        wav = wav_bytes(pcm, rate)
+        failures: list[str] = []
+        for url in self.replicas.attempts():
+            try:
+                return self._attempt(url, wav)
+            except Retryable as exc:
+                self.replicas.failed(url, exc)
+                failures.append(str(exc))
+        raise give_up(self.options, failures)
+
+    def _attempt(self, url: str, wav: bytes) -> str:
+        form = {"model": self.model, "language": self.language, "response_format": "json"}
+        if self.prompt:
+            form["prompt"] = self.prompt
+        files = {"file": ("turn.wav", wav, "audio/wav")}
+        try:
+            response = self._client.post(
+                api_base(url) + "/audio/transcriptions", data=form, files=files
+            )
+        except httpx.HTTPError as exc:
+            raise transport_error(self.options, url, exc) from None
+        if response.status_code >= 400:
+            raise status_error("asr", url, response.status_code, response.content)
+        return transcript_text(url, response.content)
+
+    def describe(self) -> ModelInfo:
+        return describe_remote("asr", self.options, "/v1/audio/transcriptions")
+
+    def close(self) -> None:
+        self._client.close()

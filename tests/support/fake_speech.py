@@ -1,0 +1,120 @@
+"""A small OpenAI-compatible speech server on 127.0.0.1 for the remote speech stages:
+`/v1/models`, `/v1/audio/transcriptions` (multipart, JSON `{"text": ...}`) and
+`/v1/audio/speech` (JSON in, raw 24 kHz pcm16 out, chunked), under any number of
+base paths, each a replica with its own behaviour (`http://127.0.0.1:PORT/NAME`):
+
+- normal: transcribes every turn as `transcript`; speaks `CHUNKS` chunks of a tone;
+- error: HTTP 500 with an error body;
+- silent: accepts the request and never answers;
+- garbage: HTTP 200 with a body that is not the answer (HTML; an odd byte count).
+
+`hold()` makes every speech chunk after the first wait for a permit (`release(n)`);
+`closed` counts speech streams the client closed before they ended
+(`stream_closed` is set then). `uploads` keeps each transcription's form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from tests.support.servers import bound_socket, serving
+from tests.support.throttle import Throttled
+
+CHUNKS = 4
+CHUNK = (800 * np.sin(np.arange(2400) / 10)).astype("<i2").tobytes()  # 0.1 s at 24 kHz
+
+
+@dataclass
+class FakeSpeech(Throttled):
+    port: int = 0
+    transcript: str = "What is the weather like today?"
+    behaviour: dict[str, str] = field(default_factory=dict)  # replica name → behaviour
+    uploads: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    spoken: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    closed: int = 0  # speech streams the client closed early
+    finished: int = 0
+    never: asyncio.Event = field(default_factory=asyncio.Event)
+    stream_closed: asyncio.Event = field(default_factory=asyncio.Event)  # `closed` went up
+    first_chunk_sent: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def url(self, name: str, behaviour: str = "normal") -> str:
+        self.behaviour.setdefault(name, behaviour)
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.get("/{name}/v1/models")
+        async def models(name: str) -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": f"speech-{name}", "object": "model"}]}
+
+        @app.post("/{name}/v1/audio/transcriptions", response_model=None)
+        async def transcriptions(name: str, request: Request) -> Any:
+            form = await request.form()
+            upload = form["file"]
+            assert not isinstance(upload, str)
+            fields = {k: v for k, v in form.items() if isinstance(v, str)}
+            self.uploads.append((name, fields | {"file": await upload.read()}))
+            if (failed := await self._failure(name)) is not None:
+                return failed
+            return {"text": f" {self.transcript} "}
+
+        @app.post("/{name}/v1/audio/speech", response_model=None)
+        async def speech(name: str, request: Request) -> Any:
+            body = await request.json()
+            self.spoken.append((name, body))
+            if (failed := await self._failure(name)) is not None:
+                return failed
+            return StreamingResponse(self._pcm(), media_type="audio/pcm")
+
+        return app
+
+    async def _failure(self, name: str) -> Response | None:
+        behaviour = self.behaviour.get(name, "normal")
+        if behaviour == "silent":
+            await self.never.wait()
+            return JSONResponse({"error": {"message": "late"}}, 503)
+        if behaviour == "error":
+            return JSONResponse({"error": {"message": "model overloaded"}}, 500)
+        if behaviour == "garbage":
+            return PlainTextResponse("<html>gateway</html>!", 200)
+        return None
+
+    async def _pcm(self) -> AsyncIterator[bytes]:
+        ended = False
+        try:
+            for i in range(CHUNKS):
+                if i:
+                    await self.permit()
+                yield CHUNK
+                self.first_chunk_sent.set()
+            ended = True
+            self.finished += 1
+        finally:
+            if not ended:
+                self.closed += 1
+                self.stream_closed.set()
+
+
+@contextlib.asynccontextmanager
+async def running_fake_speech() -> AsyncIterator[FakeSpeech]:
+    """The fake on a free port of 127.0.0.1, in this event loop."""
+    fake = FakeSpeech()
+    sock = bound_socket()
+    fake.port = sock.getsockname()[1]
+    config = uvicorn.Config(fake.app(), log_level="warning", log_config=None)
+    async with serving(config, sock, name="the fake speech server"):
+        try:
+            yield fake
+        finally:
+            fake.never.set()  # silent handlers return, so the server can stop
+            await fake.free()
