@@ -247,6 +247,7 @@ def response_prompt(
         max_output_tokens=None if max_output_tokens == "inf" else int(max_output_tokens),
         tools=(*function_tools(request, config), *mcp_tools),
         tool_choice="auto" if choose_freely else request.tool_choice or config.tool_choice,
+        voice=config.voice,
     )
 
 

@@ -54,6 +54,8 @@ class Prompt:
     tool_choice: str = "auto"
     # The session asking; executors that spread sessions over backends stick to it.
     session_id: str = ""
+    # The session's voice (OpenAI's names); a remote synthesizer maps it to its own.
+    voice: str = ""
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,7 @@ class CascadeExecutor(SpeculatingExecutor):
                 stopped=stop.is_set,
                 on_audio=spoke,
                 outcome=outcome,
+                voice=prompt.voice,
             )
             async with contextlib.aclosing(spoken):
                 async for chunk in spoken:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +38,22 @@ class Speaker:
         return resample_int16(audio, self.tts.sample_rate, self.output_rate)
 
 
+@runtime_checkable
+class AsyncSynthesizer(Protocol):
+    """A synthesizer that speaks in the event loop (a remote one): cancelling the
+    caller cancels the synthesis, so a barge-in closes the request in flight."""
+
+    async def synthesize_async(self, text: str, voice: str = "") -> np.ndarray: ...
+
+
+async def synthesized(tts: Synthesizer, sentence: str, voice: str = "") -> np.ndarray:
+    """One sentence's audio: in the event loop when the synthesizer can, else in a
+    worker thread (blocking ones: Piper, Flite), which an abort cannot interrupt."""
+    if isinstance(tts, AsyncSynthesizer):
+        return await tts.synthesize_async(sentence, voice)
+    return await asyncio.to_thread(tts.synthesize, sentence)
+
+
 @dataclass
 class SpeakOutcome:
     """How `speak_text` ended: `stopped` when an abort cut it short."""
@@ -52,11 +69,12 @@ async def speak_text(
     stopped: Callable[[], bool],
     on_audio: Callable[[], None] | None = None,
     outcome: SpeakOutcome | None = None,
+    voice: str = "",
 ) -> AsyncGenerator[OutputChunk, None]:
     """One chunk per sentence of the streamed reply `pieces`: its audio (when
     `speak`) with the sentence as its transcript, spaced as the reply was. `on_audio`
-    runs after each synthesis (for counters). Closes `pieces` however it ends, so
-    the model's stream stops when this one is closed."""
+    runs after each synthesis (for counters); `voice` is the session's. Closes
+    `pieces` however it ends, so the model's stream stops when this one is closed."""
     outcome = outcome if outcome is not None else SpeakOutcome()
     first = True
     async with contextlib.aclosing(pieces):
@@ -73,7 +91,7 @@ async def speak_text(
                 if stopped():
                     outcome.stopped = True
                     return
-                audio = await asyncio.to_thread(speaker.tts.synthesize, sentence)
+                audio = await synthesized(speaker.tts, sentence, voice)
             if on_audio is not None:
                 on_audio()
             if stopped():

@@ -6,7 +6,8 @@ base paths, each a replica with its own behaviour (`http://127.0.0.1:PORT/NAME`)
 - normal: transcribes every turn as `transcript`; speaks `CHUNKS` chunks of a tone;
 - error: HTTP 500 with an error body;
 - silent: accepts the request and never answers;
-- garbage: HTTP 200 with a body that is not the answer (HTML; an odd byte count).
+- garbage: HTTP 200 with a body that is not the answer (HTML; an odd byte count);
+- dies: speaks one chunk, then drops the connection.
 
 `hold()` makes every speech chunk after the first wait for a permit (`release(n)`);
 `closed` counts speech streams the client closed before they ended
@@ -74,7 +75,8 @@ class FakeSpeech(Throttled):
             self.spoken.append((name, body))
             if (failed := await self._failure(name)) is not None:
                 return failed
-            return StreamingResponse(self._pcm(), media_type="audio/pcm")
+            dies = self.behaviour.get(name) == "dies"
+            return StreamingResponse(self._pcm(dies), media_type="audio/pcm")
 
         return app
 
@@ -89,10 +91,12 @@ class FakeSpeech(Throttled):
             return PlainTextResponse("<html>gateway</html>!", 200)
         return None
 
-    async def _pcm(self) -> AsyncIterator[bytes]:
+    async def _pcm(self, dies: bool) -> AsyncIterator[bytes]:
         ended = False
         try:
             for i in range(CHUNKS):
+                if i and dies:
+                    raise ConnectionError("the fake speech server dies mid-sentence")
                 if i:
                     await self.permit()
                 yield CHUNK
@@ -100,7 +104,7 @@ class FakeSpeech(Throttled):
             ended = True
             self.finished += 1
         finally:
-            if not ended:
+            if not ended and not dies:
                 self.closed += 1
                 self.stream_closed.set()
 

@@ -1,0 +1,149 @@
+"""Speech synthesis on a remote server: any OpenAI-compatible `POST /v1/audio/speech`
+(vLLM-Omni, Kokoro and other speech servers) asked for `response_format: "pcm"`,
+whose answer is raw 24 kHz 16-bit mono PCM, streamed.
+
+The session's voice (OpenAI's names: alloy, ash, ...) becomes one of the server's by
+a table the operator writes (`voice_for`). The pipeline calls `synthesize_async`
+in its event loop, so a barge-in that cancels the response leaves `client.stream`
+and closes the request in flight: the server stops speaking a sentence nobody will
+hear. The blocking `synthesize` (the `Synthesizer` protocol) is for callers outside
+a response (warm-up). Retries and failover: models/remote_http.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import httpx
+import numpy as np
+
+from models.remote_http import (
+    RemoteOptions,
+    Replicas,
+    Retryable,
+    StageError,
+    api_base,
+    describe_remote,
+    give_up,
+    served_model,
+    status_error,
+    transport_error,
+)
+from models.speech.files import ModelInfo
+from models.speech.tts import EMPTY, speakable_line
+
+TTS_FIX = "check --tts-url (PARLEY_TTS_URL) and that the server is up, or unset it"
+# What `response_format: "pcm"` means in OpenAI's API: 24 kHz, 16-bit, mono.
+OPENAI_PCM_RATE = 24_000
+
+
+def voice_table(entries: list[str]) -> dict[str, str]:
+    """`["alloy=af_bella", "*=af_heart"]` as a mapping; `*` is any other voice."""
+    table: dict[str, str] = {}
+    for entry in entries:
+        session, sep, server = (part.strip() for part in entry.partition("="))
+        if not sep or not session or not server:
+            raise ValueError(f"a voice table entry is SESSION_VOICE=SERVER_VOICE, not {entry!r}")
+        table[session] = server
+    return table
+
+
+def voice_for(table: Mapping[str, str], session_voice: str) -> str:
+    """The server's voice for a session's: its entry, else `*`'s, else the same name
+    (OpenAI-compatible servers that know OpenAI's voices)."""
+    return table.get(session_voice) or table.get("*") or session_voice or "alloy"
+
+
+def pcm_samples(url: str, data: bytes) -> np.ndarray:
+    if len(data) % 2:
+        raise StageError(f"tts server {url} sent {len(data)} bytes, not 16-bit pcm")
+    return np.frombuffer(data, dtype="<i2").astype(np.int16)
+
+
+class RemoteSynthesizer:
+    """A `Synthesizer` over HTTP, with the async variant the pipeline uses."""
+
+    sample_rate = OPENAI_PCM_RATE
+
+    def __init__(
+        self,
+        options: RemoteOptions,
+        *,
+        voices: Mapping[str, str] | None = None,
+        speed: float = 1.0,
+        check: bool = True,
+    ) -> None:
+        self.options = options
+        self.voices = dict(voices or {})
+        self.speed = speed
+        self.model = served_model(options, TTS_FIX) if check else (options.model or "")
+        self.name = f"remote-tts-{self.model}"
+        self.replicas = Replicas(options)
+        self._client: httpx.AsyncClient | None = None  # made in the loop that uses it
+
+    def _new_client(self) -> httpx.AsyncClient:
+        o = self.options
+        return httpx.AsyncClient(timeout=o.timeout(), headers=o.headers(), limits=o.limits())
+
+    async def synthesize_async(self, text: str, voice: str = "") -> np.ndarray:
+        """The sentence's audio at 24 kHz; cancelling the caller closes the request."""
+        if self._client is None:
+            self._client = self._new_client()
+        return await self._synthesize(self._client, text, voice)
+
+    def synthesize(self, text: str) -> np.ndarray:
+        async def once() -> np.ndarray:
+            async with self._new_client() as client:
+                return await self._synthesize(client, text, "")
+
+        return asyncio.run(once())
+
+    async def _synthesize(self, client: httpx.AsyncClient, text: str, voice: str) -> np.ndarray:
+        line = speakable_line(text)
+        if not line:
+            return EMPTY
+        body = {
+            "model": self.model,
+            "input": line,
+            "voice": voice_for(self.voices, voice),
+            "response_format": "pcm",
+            "speed": self.speed,
+        }
+        failures: list[str] = []
+        for url in self.replicas.attempts():
+            try:
+                return pcm_samples(url, await self._attempt(client, url, body))
+            except Retryable as exc:
+                self.replicas.failed(url, exc)
+                failures.append(str(exc))
+        raise give_up(self.options, failures)
+
+    async def _attempt(self, client: httpx.AsyncClient, url: str, body: dict[str, object]) -> bytes:
+        """One request to one replica: retryable until the first bytes of audio."""
+        received = bytearray()
+        try:
+            async with client.stream("POST", api_base(url) + "/audio/speech", json=body) as answer:
+                if answer.status_code >= 400:
+                    raise status_error("tts", url, answer.status_code, await answer.aread())
+                kind = answer.headers.get("content-type", "")
+                if kind.startswith(("text/", "application/json")):
+                    shown = (await answer.aread())[:200].decode(errors="replace")
+                    raise StageError(f"tts server {url} sent {kind}, not pcm audio: {shown!r}")
+                async for chunk in answer.aiter_bytes():
+                    received += chunk
+        except httpx.HTTPError as exc:
+            if received:  # part of the sentence was heard: not tried again elsewhere
+                raise StageError(
+                    f"tts server {url} broke off in the middle of a sentence ({exc!r})"
+                ) from None
+            raise transport_error(self.options, url, exc) from None
+        return bytes(received)
+
+    def describe(self) -> ModelInfo:
+        return describe_remote("tts", self.options, "/v1/audio/speech")
+
+    def close(self) -> None:
+        # The pool's connections close with the process; a client made in a loop
+        # cannot be closed from another thread.
+        self._client = None
