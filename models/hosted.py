@@ -12,8 +12,7 @@ import logging
 from models.audio_prompt import PROMPT_STYLES
 from models.errors import ModelMissing
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
-from models.speech.asr import WhisperRecognizer
-from models.speech.voice import VoiceOptions, make_speaker
+from models.speech.voice import VoiceOptions, make_recognizer, make_speaker
 from models.vllm_engine import VLLM_FIX, VllmExecutor, VllmOptions
 
 log = logging.getLogger(__name__)
@@ -32,9 +31,7 @@ def build_vllm(options: VllmOptions, voice: VoiceOptions) -> VllmExecutor:
     if importlib.util.find_spec("vllm") is None:
         raise ModelMissing("vLLM is not installed.", VLLM_FIX)
     speaker = make_speaker(voice)
-    return VllmExecutor(
-        options, speaker, recognizer=WhisperRecognizer(voice.asr_model), owns_tts=True
-    )
+    return VllmExecutor(options, speaker, recognizer=make_recognizer(voice), owns_tts=True)
 
 
 def build_openai_compat(options: BackendOptions, voice: VoiceOptions) -> OpenAICompatExecutor:
@@ -48,6 +45,4 @@ def build_openai_compat(options: BackendOptions, voice: VoiceOptions) -> OpenAIC
         raise ModelMissing(f"Backend URL {bad[0]} is not http(s).", "pass http://HOST:PORT")
     speaker = make_speaker(voice)
     log.info("openai_compat backends: %s", ", ".join(options.urls))
-    return OpenAICompatExecutor(
-        options, speaker, recognizer=WhisperRecognizer(voice.asr_model), owns_tts=True
-    )
+    return OpenAICompatExecutor(options, speaker, recognizer=make_recognizer(voice), owns_tts=True)

@@ -11,7 +11,6 @@ import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +67,7 @@ def make_executor(settings: Settings) -> Executor:
     if settings.executor == "cascade":
         from models.cascade.build import CascadeOptions, build_cascade  # loads models
 
-        voice = asdict(voice_options(settings))
+        voice = vars(voice_options(settings))  # its fields, not deep-copied to dicts
         return build_cascade(
             CascadeOptions(
                 **voice,
@@ -89,13 +88,19 @@ def make_executor(settings: Settings) -> Executor:
 
 def voice_options(settings: Settings) -> VoiceOptions:
     """The speech stages every executor but the scripted one uses."""
+    from models.speech.remote_tts import voice_table
     from models.speech.voice import VoiceOptions
+    from server.remote_stages import remote_speech
 
+    asr_remote, tts_remote = remote_speech(settings)
     return VoiceOptions(
         asr_model=settings.asr_model,
         tts_engine=settings.tts_engine,
         tts_voice=settings.tts_voice,
         concurrency=settings.model_concurrency,
+        asr_remote=asr_remote,
+        tts_remote=tts_remote,
+        tts_voices=voice_table(settings.tts_voices),
     )
 
 

@@ -69,6 +69,10 @@ _FLAGS = (
     "backend_url",
     "drain_timeout_s",
     "allow_no_keys",
+    "asr_url",
+    "asr_server_model",
+    "tts_url",
+    "tts_server_model",
 )
 _ENV_ONLY = [name for name in Settings.model_fields if name not in _FLAGS]
 
@@ -163,6 +167,34 @@ def main(argv: list[str] | None = None) -> int:
         const=True,
         help="serve with no API keys on an address beyond loopback, which is otherwise "
         "refused: only where the network in front is trusted (PARLEY_ALLOW_NO_KEYS)",
+    )
+    serve.add_argument(
+        "--asr-url",
+        action="append",
+        metavar="URL",
+        help="recognize speech on an OpenAI-compatible /v1/audio/transcriptions server "
+        "(e.g. vLLM serving Whisper) instead of the embedded Whisper; repeat for replicas "
+        "(PARLEY_ASR_URL=url1,url2; key: PARLEY_ASR_API_KEY)",
+    )
+    serve.add_argument(
+        "--asr-server-model",
+        metavar="NAME",
+        help="the model the --asr-url server is asked for (PARLEY_ASR_SERVER_MODEL, "
+        "default: the first it lists)",
+    )
+    serve.add_argument(
+        "--tts-url",
+        action="append",
+        metavar="URL",
+        help="synthesize speech on an OpenAI-compatible /v1/audio/speech server (pcm; "
+        "vLLM-Omni, Kokoro) instead of Piper; repeat for replicas (PARLEY_TTS_URL=url1,url2; "
+        "key: PARLEY_TTS_API_KEY; voices: PARLEY_TTS_VOICES=alloy=af_bella,*=af_heart)",
+    )
+    serve.add_argument(
+        "--tts-server-model",
+        metavar="NAME",
+        help="the model the --tts-url server is asked for (PARLEY_TTS_SERVER_MODEL, "
+        "default: the first it lists)",
     )
     serve.add_argument(
         "--workers",
@@ -310,8 +342,16 @@ def worker_app() -> Any:
 
 def print_models() -> int:
     from models.inventory import installed_models
+    from models.remote_http import describe_remote
+    from server.remote_stages import remote_speech
 
     rows = installed_models()
+    # The remote speech stages configured (PARLEY_ASR_URL, PARLEY_TTS_URL): where they run.
+    asr, tts = remote_speech(Settings())
+    if asr is not None:
+        rows.append(describe_remote("asr", asr, "/v1/audio/transcriptions"))
+    if tts is not None:
+        rows.append(describe_remote("tts", tts, "/v1/audio/speech"))
     print(f"{'stage':5}  {'model':38}  {'size':>9}  {'licence':28}  source / path")
     for m in rows:
         size = f"{m.size_bytes / 1e6:.1f} MB" if m.size_bytes else "-"

@@ -210,6 +210,29 @@ class Settings(BaseSettings):
     # came too late to change the espeak results (docs/turn-taking.md).
     text_end_of_turn: bool = False
 
+    # --- remote speech stages (docs/deploy.md, "Remote speech stages") ---
+    # Speech recognition on OpenAI-compatible servers (POST /v1/audio/transcriptions:
+    # vLLM serving Whisper, faster-whisper servers) instead of the embedded Whisper,
+    # for every executor: base URLs, several for replicas (PARLEY_ASR_URL=url1,url2;
+    # a request that fails before its answer goes to the next), the model to ask for
+    # (default: the first the server lists) and the server's key. Default none: the
+    # embedded Whisper of asr_model. Checked at start (GET /v1/models).
+    asr_url: Annotated[list[str], NoDecode] = []
+    asr_server_model: str | None = None
+    asr_api_key: SecretStr | None = None
+    # Speech synthesis likewise (POST /v1/audio/speech streamed as pcm: vLLM-Omni,
+    # Kokoro) instead of Piper or Flite, and the table from the session's voice to the
+    # server's (PARLEY_TTS_VOICES=alloy=af_bella,*=af_heart; `*` any other voice;
+    # default none: the session's voice name as is). Default none: the embedded voice.
+    tts_url: Annotated[list[str], NoDecode] = []
+    tts_server_model: str | None = None
+    tts_api_key: SecretStr | None = None
+    tts_voices: Annotated[list[str], NoDecode] = []
+    # Both remote speech stages: how long a connection, and an answer's start (and
+    # each of its chunks), may take; further attempts before an answer starts.
+    speech_timeout_s: float = Field(default=30.0, gt=0)
+    speech_retries: int = Field(default=2, ge=0)
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
@@ -222,6 +245,9 @@ class Settings(BaseSettings):
         "mcp_allowed_origins",
         "allowed_origins",
         "rtc_candidate_networks",
+        "asr_url",
+        "tts_url",
+        "tts_voices",
         mode="before",
     )
     @classmethod
@@ -229,6 +255,14 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @field_validator("tts_voices")
+    @classmethod
+    def _voice_table(cls, entries: list[str]) -> list[str]:
+        from models.speech.remote_tts import voice_table
+
+        voice_table(entries)  # a malformed entry stops the server at start
+        return entries
 
     @field_validator("key_secret")
     @classmethod

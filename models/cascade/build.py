@@ -13,9 +13,11 @@ import numpy as np
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.text import ChatMessage
-from models.speech.asr import WhisperRecognizer
+from models.speech.asr import SpeechRecognizer
+from models.speech.remote_asr import RemoteRecognizer
+from models.speech.remote_tts import RemoteSynthesizer
 from models.speech.tts import PiperSynthesizer, Synthesizer
-from models.speech.voice import VoiceOptions, make_synthesizer
+from models.speech.voice import VoiceOptions, make_recognizer, make_synthesizer
 from models.speech.whisper_files import WHISPER_RATE
 
 log = logging.getLogger(__name__)
@@ -31,10 +33,11 @@ class CascadeOptions(VoiceOptions):
 
 
 def build_cascade(options: CascadeOptions) -> CascadeExecutor:
-    """Load every stage (seconds; the first start also converts the LLM once)."""
-    asr = WhisperRecognizer(options.asr_model)
+    """Load every stage (seconds; the first start also converts the LLM once); a
+    remote speech stage is checked instead (models/speech/remote_asr.py, remote_tts.py)."""
+    asr = make_recognizer(options)
+    tts = make_synthesizer(options)  # before the language model: a bad URL fails fast
     llm = Ct2LanguageModel(options.llm_model)
-    tts = make_synthesizer(options)
     warm_up(asr, llm, tts)
     log.info("cascade ready: %s, %s, %s", asr.name, llm.name, tts.name)
     return CascadeExecutor(
@@ -47,17 +50,19 @@ def build_cascade(options: CascadeOptions) -> CascadeExecutor:
     )
 
 
-def warm_up(asr: WhisperRecognizer, llm: Ct2LanguageModel, tts: Synthesizer) -> float:
-    """Run each stage once before the first user does: the first call of each
-    pays for lazy loading (Piper's worker process alone took 2.2 s), which would
-    otherwise land on the first answer. Returns the seconds it took."""
+def warm_up(asr: SpeechRecognizer, llm: Ct2LanguageModel, tts: Synthesizer) -> float:
+    """Run each embedded stage once before the first user does: the first call of
+    each pays for lazy loading (Piper's worker process alone took 2.2 s), which would
+    otherwise land on the first answer. (A remote stage was checked when made.)
+    Returns the seconds it took."""
     began = time.monotonic()
-    asr.transcribe(np.zeros(WHISPER_RATE, np.int16), WHISPER_RATE)
+    if not isinstance(asr, RemoteRecognizer):
+        asr.transcribe(np.zeros(WHISPER_RATE, np.int16), WHISPER_RATE)
     for _ in llm.stream([ChatMessage("user", "Hi")], max_tokens=1, stop=threading.Event()):
         pass
     if isinstance(tts, PiperSynthesizer):
         tts.start()
-    else:
+    elif not isinstance(tts, RemoteSynthesizer):
         tts.synthesize("Ready.")
     took = time.monotonic() - began
     log.info("models warmed up in %.1f s", took)

@@ -75,6 +75,12 @@ async def test_when_every_attempt_fails_the_error_names_the_stage(fake: FakeSpee
     assert len(fake.uploads) == 2
 
 
+async def test_the_server_s_key_goes_with_every_request(fake: FakeSpeech) -> None:
+    asr = await recognizer(fake.url("a"), api_key="sk-speech")
+    await asyncio.to_thread(asr.transcribe, TURN, 16_000)
+    assert fake.keys == ["Bearer sk-speech"]
+
+
 async def test_a_stalling_server_fails_with_a_timeout(fake: FakeSpeech) -> None:
     options = RemoteOptions(
         "asr", (fake.url("slow", "silent"),), model="w", read_timeout_s=0.2, retries=0

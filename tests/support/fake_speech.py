@@ -41,6 +41,7 @@ class FakeSpeech(Throttled):
     behaviour: dict[str, str] = field(default_factory=dict)  # replica name → behaviour
     uploads: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     spoken: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)  # each request's Authorization
     closed: int = 0  # speech streams the client closed early
     finished: int = 0
     never: asyncio.Event = field(default_factory=asyncio.Event)
@@ -60,6 +61,7 @@ class FakeSpeech(Throttled):
 
         @app.post("/{name}/v1/audio/transcriptions", response_model=None)
         async def transcriptions(name: str, request: Request) -> Any:
+            self.keys.append(request.headers.get("authorization"))
             form = await request.form()
             upload = form["file"]
             assert not isinstance(upload, str)
@@ -71,6 +73,7 @@ class FakeSpeech(Throttled):
 
         @app.post("/{name}/v1/audio/speech", response_model=None)
         async def speech(name: str, request: Request) -> Any:
+            self.keys.append(request.headers.get("authorization"))
             body = await request.json()
             self.spoken.append((name, body))
             if (failed := await self._failure(name)) is not None:
