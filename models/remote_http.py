@@ -10,6 +10,7 @@ settings only, never from a client.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
@@ -77,25 +78,51 @@ class Replicas:
     _down_until: dict[str, float] = field(default_factory=dict)
     _next: Iterator[int] = field(default_factory=itertools.count)
 
-    def attempts(self) -> Iterator[str]:
-        """The replica for each attempt of one request, up to 1 + retries: each once
-        before any twice. Raises the last failure's StageError when all failed."""
+    def attempts(self) -> Attempts:
+        """The attempts of one request, up to 1 + retries, each replica once before
+        any twice, the healthy ones first."""
         now = self.clock()
         down = {u for u, until in self._down_until.items() if until > now}
         order = attempt_order(self.options.urls, next(self._next), down)
-        for attempt in range(self.options.retries + 1):
-            yield order[attempt % len(order)]
+        return Attempts(self, [order[i % len(order)] for i in range(self.options.retries + 1)])
 
     def failed(self, url: str, error: Retryable) -> None:
         self._down_until[url] = self.clock() + self.options.down_for_s
         log.warning("%s stage: %s", self.options.stage, error)
 
 
-def give_up(options: RemoteOptions, failures: list[str]) -> StageError:
-    return StageError(
-        f"the {options.stage} stage did not answer after {len(failures)} attempts: "
-        + "; ".join(failures)
-    )
+@dataclass
+class Attempts:
+    """One request's replicas in order. A stage's loop reads:
+
+    tries = replicas.attempts()
+    for url in tries:
+        with tries.retrying(url):
+            return attempt(url)
+    raise tries.gave_up()
+    """
+
+    replicas: Replicas
+    urls: list[str]
+    failures: list[str] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.urls)
+
+    @contextlib.contextmanager
+    def retrying(self, url: str) -> Iterator[None]:
+        """Swallows a Retryable failure of `url` (noting it) so the loop goes on."""
+        try:
+            yield
+        except Retryable as exc:
+            self.replicas.failed(url, exc)
+            self.failures.append(str(exc))
+
+    def gave_up(self) -> StageError:
+        return StageError(
+            f"the {self.replicas.options.stage} stage did not answer after "
+            f"{len(self.failures)} attempts: " + "; ".join(self.failures)
+        )
 
 
 def status_error(stage: str, url: str, status: int, body: bytes) -> StageError:
@@ -125,6 +152,25 @@ def describe_remote(stage: str, options: RemoteOptions, endpoint: str) -> ModelI
         "see the server's model card",
         f"OpenAI-compatible {endpoint}",
     )
+
+
+class RemoteStage:
+    """What every remote stage keeps: its options and replicas, the model checked at
+    start, and where it runs (`parley models`)."""
+
+    endpoint = ""  # under /v1, e.g. "/audio/speech"
+
+    def __init__(self, options: RemoteOptions, fix: str, *, check: bool = True) -> None:
+        self.options = options
+        self.model = served_model(options, fix) if check else (options.model or "")
+        self.name = f"remote-{options.stage}-{self.model}"
+        self.replicas = Replicas(options)
+
+    def endpoint_of(self, url: str) -> str:
+        return api_base(url) + self.endpoint
+
+    def describe(self) -> ModelInfo:
+        return describe_remote(self.options.stage, self.options, "/v1" + self.endpoint)
 
 
 def served_model(options: RemoteOptions, fix: str) -> str:

@@ -19,17 +19,11 @@ import numpy as np
 
 from models.remote_http import (
     RemoteOptions,
-    Replicas,
-    Retryable,
+    RemoteStage,
     StageError,
-    api_base,
-    describe_remote,
-    give_up,
-    served_model,
     status_error,
     transport_error,
 )
-from models.speech.files import ModelInfo
 
 ASR_FIX = "check --asr-url (PARLEY_ASR_URL) and that the server is up, or unset it"
 
@@ -57,18 +51,17 @@ def transcript_text(stage_url: str, body: bytes) -> str:
     return text.strip()
 
 
-class RemoteRecognizer:
+class RemoteRecognizer(RemoteStage):
     """A `SpeechRecognizer` over HTTP. `model` is checked at start (`served_model`)."""
+
+    endpoint = "/audio/transcriptions"
 
     def __init__(
         self, options: RemoteOptions, *, language: str = "en", prompt: str = "", check: bool = True
     ) -> None:
-        self.options = options
+        super().__init__(options, ASR_FIX, check=check)
         self.language = language
         self.prompt = prompt
-        self.model = served_model(options, ASR_FIX) if check else (options.model or "")
-        self.name = f"remote-asr-{self.model}"
-        self.replicas = Replicas(options)
         self._client = httpx.Client(
             timeout=options.timeout(), headers=options.headers(), limits=options.limits()
         )
@@ -77,14 +70,11 @@ class RemoteRecognizer:
         if len(pcm) < rate // 10:
             return ""  # as the embedded Whisper: nothing to hear in under 0.1 s
         wav = wav_bytes(pcm, rate)
-        failures: list[str] = []
-        for url in self.replicas.attempts():
-            try:
+        tries = self.replicas.attempts()
+        for url in tries:
+            with tries.retrying(url):
                 return self._attempt(url, wav)
-            except Retryable as exc:
-                self.replicas.failed(url, exc)
-                failures.append(str(exc))
-        raise give_up(self.options, failures)
+        raise tries.gave_up()
 
     def _attempt(self, url: str, wav: bytes) -> str:
         form = {"model": self.model, "language": self.language, "response_format": "json"}
@@ -92,17 +82,12 @@ class RemoteRecognizer:
             form["prompt"] = self.prompt
         files = {"file": ("turn.wav", wav, "audio/wav")}
         try:
-            response = self._client.post(
-                api_base(url) + "/audio/transcriptions", data=form, files=files
-            )
+            response = self._client.post(self.endpoint_of(url), data=form, files=files)
         except httpx.HTTPError as exc:
             raise transport_error(self.options, url, exc) from None
         if response.status_code >= 400:
             raise status_error("asr", url, response.status_code, response.content)
         return transcript_text(url, response.content)
-
-    def describe(self) -> ModelInfo:
-        return describe_remote("asr", self.options, "/v1/audio/transcriptions")
 
     def close(self) -> None:
         self._client.close()

@@ -18,19 +18,7 @@ from collections.abc import Mapping
 import httpx
 import numpy as np
 
-from models.remote_http import (
-    RemoteOptions,
-    Replicas,
-    Retryable,
-    StageError,
-    api_base,
-    describe_remote,
-    give_up,
-    served_model,
-    status_error,
-    transport_error,
-)
-from models.speech.files import ModelInfo
+from models.remote_http import RemoteOptions, RemoteStage, StageError, status_error, transport_error
 from models.speech.tts import EMPTY, speakable_line
 
 TTS_FIX = "check --tts-url (PARLEY_TTS_URL) and that the server is up, or unset it"
@@ -61,10 +49,11 @@ def pcm_samples(url: str, data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2").astype(np.int16)
 
 
-class RemoteSynthesizer:
+class RemoteSynthesizer(RemoteStage):
     """A `Synthesizer` over HTTP, with the async variant the pipeline uses."""
 
     sample_rate = OPENAI_PCM_RATE
+    endpoint = "/audio/speech"
 
     def __init__(
         self,
@@ -74,12 +63,9 @@ class RemoteSynthesizer:
         speed: float = 1.0,
         check: bool = True,
     ) -> None:
-        self.options = options
+        super().__init__(options, TTS_FIX, check=check)
         self.voices = dict(voices or {})
         self.speed = speed
-        self.model = served_model(options, TTS_FIX) if check else (options.model or "")
-        self.name = f"remote-tts-{self.model}"
-        self.replicas = Replicas(options)
         self._client: httpx.AsyncClient | None = None  # made in the loop that uses it
 
     def _new_client(self) -> httpx.AsyncClient:
@@ -110,20 +96,17 @@ class RemoteSynthesizer:
             "response_format": "pcm",
             "speed": self.speed,
         }
-        failures: list[str] = []
-        for url in self.replicas.attempts():
-            try:
+        tries = self.replicas.attempts()
+        for url in tries:
+            with tries.retrying(url):
                 return pcm_samples(url, await self._attempt(client, url, body))
-            except Retryable as exc:
-                self.replicas.failed(url, exc)
-                failures.append(str(exc))
-        raise give_up(self.options, failures)
+        raise tries.gave_up()
 
     async def _attempt(self, client: httpx.AsyncClient, url: str, body: dict[str, object]) -> bytes:
         """One request to one replica: retryable until the first bytes of audio."""
         received = bytearray()
         try:
-            async with client.stream("POST", api_base(url) + "/audio/speech", json=body) as answer:
+            async with client.stream("POST", self.endpoint_of(url), json=body) as answer:
                 if answer.status_code >= 400:
                     raise status_error("tts", url, answer.status_code, await answer.aread())
                 kind = answer.headers.get("content-type", "")
@@ -139,9 +122,6 @@ class RemoteSynthesizer:
                 ) from None
             raise transport_error(self.options, url, exc) from None
         return bytes(received)
-
-    def describe(self) -> ModelInfo:
-        return describe_remote("tts", self.options, "/v1/audio/speech")
 
     def close(self) -> None:
         # The pool's connections close with the process; a client made in a loop

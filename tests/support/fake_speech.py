@@ -31,6 +31,7 @@ from tests.support.servers import bound_socket, serving
 from tests.support.throttle import Throttled
 
 CHUNKS = 4
+FAILURES = {"error": (500, "model overloaded"), "silent": (503, "late")}
 CHUNK = (800 * np.sin(np.arange(2400) / 10)).astype("<i2").tobytes()  # 0.1 s at 24 kHz
 
 
@@ -84,14 +85,15 @@ class FakeSpeech(Throttled):
         return app
 
     async def _failure(self, name: str) -> Response | None:
+        """The answer of a replica that fails, or None for one that answers."""
         behaviour = self.behaviour.get(name, "normal")
         if behaviour == "silent":
-            await self.never.wait()
-            return JSONResponse({"error": {"message": "late"}}, 503)
-        if behaviour == "error":
-            return JSONResponse({"error": {"message": "model overloaded"}}, 500)
+            await self.never.wait()  # until the test ends
         if behaviour == "garbage":
             return PlainTextResponse("<html>gateway</html>!", 200)
+        if behaviour in FAILURES:
+            status, message = FAILURES[behaviour]
+            return JSONResponse({"error": {"message": message}}, status)
         return None
 
     async def _pcm(self, dies: bool) -> AsyncIterator[bytes]:
@@ -108,20 +110,25 @@ class FakeSpeech(Throttled):
             self.finished += 1
         finally:
             if not ended and not dies:
-                self.closed += 1
-                self.stream_closed.set()
+                self._closed_early()
+
+    def _closed_early(self) -> None:
+        self.closed += 1
+        self.stream_closed.set()
+
+    async def let_go(self) -> None:
+        """Silent and held handlers return, so that the server can stop."""
+        self.never.set()
+        await self.free()
 
 
 @contextlib.asynccontextmanager
 async def running_fake_speech() -> AsyncIterator[FakeSpeech]:
     """The fake on a free port of 127.0.0.1, in this event loop."""
-    fake = FakeSpeech()
     sock = bound_socket()
-    fake.port = sock.getsockname()[1]
+    fake = FakeSpeech(port=sock.getsockname()[1])
     config = uvicorn.Config(fake.app(), log_level="warning", log_config=None)
-    async with serving(config, sock, name="the fake speech server"):
-        try:
-            yield fake
-        finally:
-            fake.never.set()  # silent handlers return, so the server can stop
-            await fake.free()
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(serving(config, sock, name="the fake speech server"))
+        stack.push_async_callback(fake.let_go)  # first out: then the server can stop
+        yield fake
