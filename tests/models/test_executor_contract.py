@@ -31,21 +31,26 @@ from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.text import ChatMessage
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
+from models.remote_http import RemoteOptions
 from models.scripted import ScriptedExecutor
-from models.speech.asr import WhisperRecognizer
+from models.speech.asr import SpeechRecognizer, WhisperRecognizer
 from models.speech.files import ModelInfo
+from models.speech.remote_asr import RemoteRecognizer
+from models.speech.remote_tts import RemoteSynthesizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
-from models.speech.tts import FliteSynthesizer, PiperSynthesizer
+from models.speech.tts import FliteSynthesizer, PiperSynthesizer, Synthesizer
 from models.vllm_engine import VllmExecutor, VllmOptions
 from server.config import ExecutorName
 from tests.support import executor_contract as contract
 from tests.support.executor_contract import FAILURE, Kit
 from tests.support.fake_openai import running_fake_openai
+from tests.support.fake_speech import running_fake_speech
 from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm
 from tests.support.harness import Harness
 
-KINDS = ["scripted", "cascade", "vllm", "openai_compat"]
+# Beside each executor: the cascade with its speech stages on remote servers.
+KINDS = ["scripted", "cascade", "cascade_remote_speech", "vllm", "openai_compat"]
 
 
 # --- scripted ------------------------------------------------------------------------
@@ -169,9 +174,15 @@ def cascade_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cascade
     models.tts.close()
 
 
-def cascade_kit(models: CascadeModels, *, calls_tools: bool = False) -> Kit:
+def cascade_kit(
+    models: CascadeModels,
+    *,
+    calls_tools: bool = False,
+    asr: SpeechRecognizer | None = None,
+    tts: Synthesizer | None = None,
+) -> Kit:
     llm = ControlledModel(models.llm, calls_tools=calls_tools)
-    ex = CascadeExecutor(models.asr, llm, models.tts)
+    ex = CascadeExecutor(asr or models.asr, llm, tts or models.tts)
 
     def hold() -> None:
         llm.story = True
@@ -201,6 +212,14 @@ def cascade_kit(models: CascadeModels, *, calls_tools: bool = False) -> Kit:
         recognizes=True,
         calls_tools=calls_tools,
     )
+
+
+async def cascade_remote_speech_kit(models: CascadeModels, stack: contextlib.AsyncExitStack) -> Kit:
+    """The cascade with its recognizer and synthesizer on a fake speech server."""
+    fake = await stack.enter_async_context(running_fake_speech())
+    asr = await asyncio.to_thread(RemoteRecognizer, RemoteOptions("asr", (fake.url("asr"),)))
+    tts = await asyncio.to_thread(RemoteSynthesizer, RemoteOptions("tts", (fake.url("tts"),)))
+    return cascade_kit(models, asr=asr, tts=tts)
 
 
 # --- vllm (fake engine) ----------------------------------------------------------------
@@ -278,6 +297,9 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
             made = scripted_kit()
         elif kind == "cascade":
             made = cascade_kit(request.getfixturevalue("cascade_models"))
+        elif kind == "cascade_remote_speech":
+            models = request.getfixturevalue("cascade_models")
+            made = await cascade_remote_speech_kit(models, stack)
         elif kind == "vllm":
             made = await vllm_kit()
         else:
@@ -286,7 +308,7 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
             yield made
         finally:
             await made.free()
-            if kind != "cascade":  # the cascade's models are the module's
+            if not kind.startswith("cascade"):  # the cascade's models are the module's
                 await made.executor.aclose()
 
 
@@ -308,4 +330,4 @@ async def test_the_cascade_with_a_model_that_calls_tools_round_trips(
 
 
 def test_every_executor_is_in_the_contract() -> None:
-    assert set(get_args(ExecutorName)) == set(KINDS)
+    assert set(get_args(ExecutorName)) <= set(KINDS)
