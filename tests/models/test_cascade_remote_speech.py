@@ -21,6 +21,7 @@ from tests.support.fake_speech import CHUNK, CHUNKS, FakeSpeech, running_fake_sp
 from tests.support.harness import Harness
 
 ANSWER = "It is sunny. Take a hat."
+VOICES = {"alloy": "af_bella", "*": "af_heart"}  # alloy: a session's default voice
 
 
 class AnsweringModel:
@@ -59,7 +60,7 @@ async def remote_cascade(fake: FakeSpeech, llm: AnsweringModel) -> CascadeExecut
     tts_options = RemoteOptions("tts", (fake.url("kokoro"),))
     # Checked at start, as `parley serve` does, in a thread: the fake runs in this loop.
     asr = await asyncio.to_thread(RemoteRecognizer, asr_options)
-    tts = await asyncio.to_thread(RemoteSynthesizer, tts_options, voices={"*": "af_heart"})
+    tts = await asyncio.to_thread(RemoteSynthesizer, tts_options, voices=VOICES)
     return CascadeExecutor(asr, llm, tts, max_sentences=0)
 
 
@@ -81,8 +82,9 @@ async def test_a_spoken_question_is_answered_through_remote_speech_stages(
     # The model read what the remote recognizer heard.
     assert llm.asked[-1][-1] == ChatMessage("user", fake.transcript)
     assert fake.uploads and fake.uploads[-1][1]["model"] == "speech-whisper"
+    # In the session's voice, as the table names it on the server.
     spoken = [(body["input"], body["voice"]) for _, body in fake.spoken]
-    assert spoken == [("It is sunny.", "af_heart"), ("Take a hat.", "af_heart")]
+    assert spoken == [("It is sunny.", "af_bella"), ("Take a hat.", "af_bella")]
     info = executor.asr.describe(), executor.tts.describe()
     assert [(i.stage, i.path) for i in info] == [
         ("asr", fake.url("whisper")),
