@@ -196,12 +196,12 @@ def served_model(options: RemoteOptions, fix: str) -> str:
             if response.status_code in (401, 403):
                 raise ModelMissing(
                     f"The {stage} server {url} refused the API key (HTTP {response.status_code}).",
-                    f"set the {stage} API key setting",
+                    f"set PARLEY_{stage}_API_KEY",
                 )
             if response.status_code >= 400 and model is None:
                 raise ModelMissing(
                     f"The {stage} server {url} lists no models (HTTP {response.status_code}).",
-                    f"name the model in the {stage} model setting",
+                    f"name the model: PARLEY_{stage}_SERVER_MODEL",
                 )
             if response.status_code < 400 and model is None:
                 model = _first_model(stage, url, response)
@@ -215,5 +215,5 @@ def _first_model(stage: str, url: str, response: httpx.Response) -> str:
     except (ValueError, KeyError, IndexError, TypeError):
         raise ModelMissing(
             f"The {stage} server {url} answered GET /v1/models with no model in it.",
-            f"check the URL, or name the model in the {stage} model setting",
+            f"check the URL, or name the model: PARLEY_{stage}_SERVER_MODEL",
         ) from None
