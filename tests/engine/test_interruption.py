@@ -57,6 +57,54 @@ def test_what_a_transcript_is(text: str, heard: Heard) -> None:
     assert heard_of(text, DEFAULT_BACKCHANNELS) is heard
 
 
+@pytest.mark.parametrize(
+    "text",
+    # What Whisper tiny.en heard in recorded laughs (bench/turns/real_interruptions.py).
+    ["Ha-ha.", "Hehehe.", "HAHA!", "Hahahahahahahaha", "Heh heh.", "He-he.", "ahaha", "Hah!"],
+)
+def test_laughter_alone_is_a_reaction_not_an_interruption(text: str) -> None:
+    assert heard_of(text, DEFAULT_BACKCHANNELS) is Heard.BACKCHANNEL
+    assert strong_words(text, DEFAULT_BACKCHANNELS) == frozenset()
+
+
+def test_laughter_with_words_interrupts_by_its_words() -> None:
+    assert heard_of("Haha, no wait.", DEFAULT_BACKCHANNELS) is Heard.WORDS
+    assert strong_words("Haha, no wait.", DEFAULT_BACKCHANNELS) == {"no", "wait"}
+    assert heard_of("Hehe, stop.", DEFAULT_BACKCHANNELS, sure=False) is Heard.UNSURE
+
+
+@pytest.mark.parametrize(
+    ("text", "heard"),
+    [
+        ("(laughs)", Heard.NOISE),
+        ("[LAUGHTER]", Heard.NOISE),
+        ("*laughs*", Heard.NOISE),
+        ("[BLANK_AUDIO]", Heard.NOISE),
+        ("(sighs) Mm-hmm.", Heard.BACKCHANNEL),
+        ("(laughs) Wait, stop.", Heard.WORDS),
+    ],
+)
+def test_whispers_notes_of_sounds_are_no_words(text: str, heard: Heard) -> None:
+    assert heard_of(text, DEFAULT_BACKCHANNELS) is heard
+
+
+@pytest.mark.parametrize(
+    ("text", "heard"),
+    [
+        # Whisper spells bursts of breath or laughter as a stutter of lone letters.
+        ("T-t-t", Heard.NOISE),
+        ("P-s-s", Heard.NOISE),
+        ("A-B-", Heard.NOISE),
+        ("Uh-huh. C-p-p", Heard.BACKCHANNEL),
+        ("I see", Heard.BACKCHANNEL),
+        ("I-I want to ask", Heard.WORDS),
+        ("T-t-today please", Heard.WORDS),
+    ],
+)
+def test_lone_letters_are_no_words(text: str, heard: Heard) -> None:
+    assert heard_of(text, DEFAULT_BACKCHANNELS) is heard
+
+
 def test_the_list_is_the_clients() -> None:
     assert heard_of("go on", ("go on",)) is Heard.BACKCHANNEL
     assert heard_of("yeah", ("go on",)) is Heard.WORDS
