@@ -73,6 +73,7 @@ WEAK_WORDS: frozenset[str] = frozenset(
     off up out over into onto down
     i you he she it we they me him her us them my your his its our their
     i'm you're it's is are was were be been am this that these those there here
+    that's there's he's she's we're they're
     thank thanks bye""".split()
 )
 
@@ -234,9 +235,10 @@ def normalize(text: str) -> str:
     return " ".join(_NOT_WORD.sub(" ", text).split())
 
 
-# Hums and fillers however a recognizer spells them ("Mmm", "mm-hmm", "uh-uh", "hm"):
-# backchannels whatever the list says.
-_HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|h+u+h+|a+h+|o+h+|e+r+m*|u+m+)$")
+# Hums and fillers however a recognizer spells them ("Mmm", "mm-hmm", "uh-uh", "hm",
+# "eh", and "Ugh." or "Eeeee" that Whisper hears in a laugh or a gasp): backchannels
+# whatever the list says.
+_HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|h+u+h+|a+h+|o+h+|e+h*|e+r+m*|u+m+|u+g+h+)$")
 # Laughter as Whisper spells it ("Ha-ha.", "Hehehe.", "HAHA!", "heh", "ahaha"): a
 # reaction like a hum, never an interruption by itself (docs/turn-taking.md,
 # "Laughter and breaths"); laughter with words ("haha, no wait") interrupts by them.
