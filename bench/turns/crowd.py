@@ -13,8 +13,8 @@ than the two babble bursts one seed of `make eval-turns` has: per seed (default
 other, as loud as the user) and ten interrupting sentences, plus those sentences at
 10 and 5 dB SNR under the turn set's noise bed (babble and pink noise: a user in a
 noisy room); and the recorded interruption set (bench/turns/real_interruptions.py,
-`--voices`): its sentences by part, its backchannels, each session knowing no
-earlier turn.
+`--voices`): its sentences, backchannels (alone and over talk), laughs, breaths and
+coughs by part, each session knowing no earlier turn.
 
 Each item is heard as the session hears held speech: Whisper (models/listening/hearing.py)
 on its speech so far, with 300 ms of silence before it (the prefix padding), from
@@ -23,7 +23,8 @@ on disk (`crowd-hearings.json` in the set's cache dir). Then every threshold pai
 the grid is replayed with the engine's decisions, the kurtosis (and, where it could
 decide, the pitch clarity) measured at each 20 ms append from the onset, a hearing
 counted from the append it was asked at (its ~50 ms are not added). Reported per kind:
-how many items qualified (babble, backchannels: false interruptions) and how much
+how many items qualified (babble, backchannels, laughs, breaths, coughs: false
+interruptions) and how much
 speech it took (p50/p90 ms). JSON to
 bench/results/crowd.json (or --out).
 """
@@ -63,8 +64,9 @@ from models.listening.hearing import PROMPT, Hearing
 ROOT = Path(__file__).resolve().parents[2]
 HEARING_CACHE = CACHE_DIR / "crowd-hearings.json"
 KINDS = ["babble", "sentence", "snr10", "snr5"]
-# The recorded interruption set (bench/turns/real_interruptions.py), by part.
-REAL_KINDS = ["real-sentence-dev", "real-sentence-held", "real-backchannel"]
+# The recorded interruption set (bench/turns/real_interruptions.py), by kind and part.
+REAL_SET_KINDS = ("sentence", "backchannel", "backchannel-over-talk", "laugh", "breath", "cough")
+REAL_KINDS = [f"real-{k}-{part}" for k in REAL_SET_KINDS for part in ("dev", "held")]
 SNRS_DB = {"snr10": 10.0, "snr5": 5.0}
 PADDING_MS = 300  # the default prefix_padding_ms: silence before the speech, heard too
 FIRST_MS = 200  # the default min_speech_ms: the first hearing
@@ -108,14 +110,12 @@ def items_of(seed: int) -> list[Item]:
 
 
 def real_items(seed: int) -> list[Item]:
-    """The recorded interruption set's sentences (by part) and backchannels."""
+    """The recorded interruption set's items, by kind and part."""
     from bench.turns.real_interruptions import make_real_scenarios
 
-    out = []
-    for s in make_real_scenarios(seed):
-        kind = f"real-sentence-{s.part}" if s.kind == "sentence" else f"real-{s.kind}"
-        out.append(Item(kind, seed, s.text, s.audio))
-    return out
+    return [
+        Item(f"real-{s.kind}-{s.part}", seed, s.text, s.audio) for s in make_real_scenarios(seed)
+    ]
 
 
 def hearing_points(pcm: Pcm16) -> list[int]:
