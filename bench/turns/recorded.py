@@ -234,7 +234,7 @@ def decode(path: Path | BinaryIO) -> Pcm16:
     resamples)."""
     resampler = av.AudioResampler(format="s16", layout="mono", rate=PCM_RATE)
     chunks: list[Pcm16] = []
-    with av.open(str(path) if isinstance(path, Path) else path) as container:
+    with av.open(str(path) if isinstance(path, Path) else path, mode="r") as container:
         for frame in container.decode(audio=0):
             for out in resampler.resample(frame):
                 chunks.append(out.to_ndarray().reshape(-1).astype(np.int16))
