@@ -65,7 +65,15 @@ ROOT = Path(__file__).resolve().parents[2]
 HEARING_CACHE = CACHE_DIR / "crowd-hearings.json"
 KINDS = ["babble", "sentence", "snr10", "snr5"]
 # The recorded interruption set (bench/turns/real_interruptions.py), by kind and part.
-REAL_SET_KINDS = ("sentence", "backchannel", "backchannel-over-talk", "laugh", "breath", "cough")
+REAL_SET_KINDS = (
+    "sentence",
+    "laugh-words",
+    "backchannel",
+    "backchannel-over-talk",
+    "laugh",
+    "breath",
+    "cough",
+)
 REAL_KINDS = [f"real-{k}-{part}" for k in REAL_SET_KINDS for part in ("dev", "held")]
 SNRS_DB = {"snr10": 10.0, "snr5": 5.0}
 PADDING_MS = 300  # the default prefix_padding_ms: silence before the speech, heard too

@@ -20,7 +20,8 @@ from bench.turns.score import p50_p90
 
 # Nothing there should interrupt (the recorded set's own: bench/turns/real_interruptions.py).
 FALSE_KINDS = ("backchannel", "burst", "echo", "backchannel-over-talk", "laugh", "breath", "cough")
-TRUE_KINDS = ("sentence", "talkover")
+# Laughter with words ("laugh-words") interrupts by its words.
+TRUE_KINDS = ("sentence", "talkover", "laugh-words")
 
 
 @dataclass(frozen=True)

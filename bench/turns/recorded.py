@@ -106,11 +106,13 @@ SOURCES = [
             "*/Sounds/voices/*/Laugh.ogg",
             "*/Sounds/voices/*/Hmm.ogg",
             "*/Sounds/voices/*/PoisonCough.ogg",
+            "*/Sounds/voices/*/Cutitout.ogg",
             "*/doc/hedgewars-data/copyright",
         ),
         "GFDL-1.3 (Data/Sounds, as Debian's copyright file says)",
         "Hedgewars voice packs (Andrey Korotaev and the Hedgewars contributors): each"
-        " voice's Laugh, Hmm and PoisonCough; Debian package hedgewars-data 1.0.2-6.",
+        " voice's Laugh, Hmm, PoisonCough and Cutitout; Debian package hedgewars-data"
+        " 1.0.2-6.",
         depth=1,
     ),
     Source(

@@ -13,7 +13,7 @@ import pytest
 
 from bench.turns import reactions, real_interruptions, recorded
 from bench.turns.crowd import REAL_KINDS, real_items
-from bench.turns.interrupt_score import FALSE_KINDS
+from bench.turns.interrupt_score import FALSE_KINDS, TRUE_KINDS
 from bench.turns.scenarios import write_wav
 from models.base import PCM_RATE
 
@@ -39,6 +39,8 @@ def lay_out(tmp_path: Path) -> dict[str, Path]:
     write_wav(tone(500, 220), hedgewars / "British" / "PoisonCough.wav")
     write_wav(tone(800, 200), hedgewars / "Classic" / "Laugh.wav")  # British's, again
     write_wav(tone(800, 230), hedgewars / "Robot" / "Laugh.wav")
+    write_wav(tone(700, 250), hedgewars / "Robot" / "Cutitout.wav")
+    write_wav(tone(700, 260), hedgewars / "British" / "Cutitout.wav")
     write_wav(tone(800, 240), hedgewars / "British" / "Hello.wav")
     (hedgewars / "hedgewars-data").mkdir()
     (hedgewars / "hedgewars-data" / "copyright").write_text("GFDL-1.3")
@@ -63,16 +65,23 @@ def test_each_sound_once_by_kind_and_voice_robots_and_silence_left_out(tmp_path:
         ("cough", "hedgewars:British"),
         ("laugh", "hedgewars:British"),
         ("laugh", "ovos:Evil_Laugh"),
+        ("laugh-words", "hedgewars:British"),
     ]
     ovos = next(s for kind, _, voice, s in made if voice == "ovos:Evil_Laugh")
     assert ovos.audio_ms == reactions.CUT_MS  # cut from its first loud frame
+    # Laughter with words: the voice's laugh, a short gap, then its "Cut it out".
+    both = next(s for kind, _, _, s in made if kind == "laugh-words")
+    assert both.audio_ms == 800 + reactions.GAP_MS + 700
 
 
-def test_they_join_the_set_as_kinds_that_must_not_interrupt(tmp_path: Path) -> None:
+def test_they_join_the_set_as_kinds_that_must_not_interrupt_but_laughter_with_words(
+    tmp_path: Path,
+) -> None:
     made = real_interruptions.build(lay_out(tmp_path), seed=3)
     kinds = {s.kind for s in made}
-    assert kinds == {"laugh", "breath", "cough", "backchannel"}
-    assert kinds <= set(FALSE_KINDS)
+    assert kinds == {"laugh", "breath", "cough", "backchannel", "laugh-words"}
+    assert kinds - {"laugh-words"} <= set(FALSE_KINDS)
+    assert "laugh-words" in TRUE_KINDS  # it must interrupt, by its words
     assert {s.part for s in made} == {"dev", "held"}
     assert all(s.name.startswith(f"real-{s.part}-{s.kind}-") for s in made)
 
