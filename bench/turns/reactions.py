@@ -11,8 +11,8 @@ only), so they come from sound packs bench/turns/recorded.py fetches:
 - "cough": each Hedgewars voice's PoisonCough.
 - "breath": each OpenArena character's gasp, a breath drawn after holding it.
 - "laugh-words": laughter with words, which must interrupt by its words: a Hedgewars
-  voice's Laugh (at most LAUGH_MS of it) then, GAP_MS later, the same voice's "Cut it
-  out".
+  voice's Laugh (at most LAUGH_MS of it) then, GAP_MS later, the same voice's line for
+  the game's "Cutitout" (each voice in character: "Desist immediately", "Stop that!").
 
 Each is cut from its first to its last loud frame (`speech_bounds`), at most CUT_MS.
 Voices made to sound like machines (Hedgewars' Robot, OpenArena's Skelebot) are left
@@ -51,7 +51,7 @@ def spoken(pcm: Pcm16, longest_ms: int = CUT_MS) -> Pcm16 | None:
 
 
 def laughs_with_words(root: Path) -> Iterator[tuple[str, str, Pcm16]]:
-    """(voice, name, audio) of each Hedgewars voice's laugh then its "Cut it out"."""
+    """(voice, name, audio) of each Hedgewars voice's laugh then its "Cutitout" line."""
     for laugh in sorted(root.glob("*/Laugh.*")):
         words = next(laugh.parent.glob("Cutitout.*"), None)
         voice = laugh.parent.name

@@ -69,7 +69,7 @@ def test_each_sound_once_by_kind_and_voice_robots_and_silence_left_out(tmp_path:
     ]
     ovos = next(s for kind, _, voice, s in made if voice == "ovos:Evil_Laugh")
     assert ovos.audio_ms == reactions.CUT_MS  # cut from its first loud frame
-    # Laughter with words: the voice's laugh, a short gap, then its "Cut it out".
+    # Laughter with words: the voice's laugh, a short gap, then its "Cutitout" line.
     both = next(s for kind, _, _, s in made if kind == "laugh-words")
     assert both.audio_ms == 800 + reactions.GAP_MS + 700
 
