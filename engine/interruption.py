@@ -88,6 +88,13 @@ SURE_ALONE_MS = 200
 # Held speech is heard again once it has this much more speech than the last hearing.
 HEAR_EVERY_MS = 100
 
+# After a hearing of laughter alone, held speech is heard from this much before that
+# hearing's end on, not from its onset: heard whole, Whisper writes the laugh on over
+# the words that follow it ("Ha-ha-ha" for "ha-ha, desist immediately"), and heard
+# from the laugh's last 200 ms it hears the words (docs/turn-taking.md, "Laughter and
+# breaths").
+AFTER_LAUGH_MS = 200
+
 
 # How many voices held speech sounds like, by its kurtosis (models/listening/crowd.py),
 # chosen on the interruption set replayed offline over seeds 15-24
@@ -243,6 +250,15 @@ _HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|h+u+h+|a+h+|o+h+|e+h*|e+r+m*|u+m+|u+g
 # reaction like a hum, never an interruption by itself (docs/turn-taking.md,
 # "Laughter and breaths"); laughter with words ("haha, no wait") interrupts by them.
 _LAUGH = re.compile(r"^[aeo]*(?:h+[aeo]+h*)+$")
+
+
+def laughed(text: str, backchannels: tuple[str, ...]) -> bool:
+    """Whether a transcript is laughter with nothing else but hums or backchannels."""
+    words = normalize(text).split()
+    return any(_LAUGH.match(w) for w in words) and heard_of(text, backchannels) in (
+        Heard.BACKCHANNEL,
+        Heard.NOISE,
+    )
 
 
 def reaction(word: str) -> bool:

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     out: list[dict[str, Any]] = []
     scenarios = make_real_scenarios(args.seed)
     for s in scenarios:
-        replay = replay_of(s.audio, hearings.of(s.audio))
+        replay = replay_of(s.audio, hearings.of(s.audio), hearings.tail)
         user = None if args.no_user else earlier_turn(s, scenarios)
         rows = trace(replay, params)
         first = next((r["ms"] for r in rows if r["heard"] == Heard.WORDS.value), None)

@@ -17,6 +17,7 @@ from engine.interruption import (
     heard_of,
     held_verdict,
     holds,
+    laughed,
     needs_clarity,
     strong_words,
     voices_decide,
@@ -74,6 +75,13 @@ def test_laughter_with_words_interrupts_by_its_words() -> None:
     assert heard_of("Haha, no wait.", DEFAULT_BACKCHANNELS) is Heard.WORDS
     assert strong_words("Haha, no wait.", DEFAULT_BACKCHANNELS) == {"no", "wait"}
     assert heard_of("Hehe, stop.", DEFAULT_BACKCHANNELS, sure=False) is Heard.UNSURE
+
+
+def test_a_hearing_of_laughter_alone_is_told_apart() -> None:
+    for text in ("Ha-ha-ha", "Hehehe. Mm-hmm.", "Uh, hahaha", "(laughs) Ha-ha."):
+        assert laughed(text, DEFAULT_BACKCHANNELS), text
+    for text in ("Mm-hmm.", "Haha, no wait.", "", "Hello there"):
+        assert not laughed(text, DEFAULT_BACKCHANNELS), text
 
 
 @pytest.mark.parametrize(
