@@ -7,7 +7,9 @@ flush their playback on it), no barge-in. From `min_speech_ms` on, the hearing
 recognizer hears it, and hears it again every `HEAR_EVERY_MS` of further speech
 (a hearing takes ~50 ms): it qualifies as soon as the recognizer is *sure* of words
 that are not a backchannel, said by one voice (the waveform's kurtosis,
-models/listening/crowd.py: several talkers at once are background talk). Words it is not
+models/listening/crowd.py: several talkers at once are background talk). Laughter
+is a reaction like a backchannel; once a hearing is laughter alone, the speech is heard
+from near its end on, so that words after the laugh are heard. Words it is not
 sure of (background talk, noise heard as words) qualify only once the held speech has
 lasted `max_backchannel_ms`. Then
 `speech_started` goes out with the true `audio_start_ms` and the barge-in happens.
