@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from engine.input_buffer import InputBuffer
 from engine.interruption import (
+    AFTER_LAUGH_MS,
     HEAR_EVERY_MS,
     Heard,
     HearingRecognizer,
@@ -30,6 +31,7 @@ from engine.interruption import (
     Voices,
     counted,
     held_verdict,
+    laughed,
     needs_clarity,
     voices_decide,
     voices_of,
@@ -174,6 +176,9 @@ class Held:
     words: frozenset[str] = frozenset()  # the latest hearing's strong words
     agreed: bool = False  # they share a strong word with the hearing before
     unheard: bool = False  # the latest hearing failed
+    # Hearings hear its speech from this many ms after the onset on (0: all of it, with
+    # the prefix padding); moved on by a hearing of laughter alone (AFTER_LAUGH_MS).
+    hear_from_ms: int = 0
 
     @property
     def speech_ms(self) -> int:
@@ -251,6 +256,8 @@ class HeldSpeech:
                 hearing.text, hearing.sure, held.words, held.asked_ms, params.backchannels
             )
             held.heard, held.words, held.agreed = weighed.heard, weighed.words, weighed.agreed
+            if laughed(hearing.text, params.backchannels):
+                held.hear_from_ms = max(held.hear_from_ms, held.asked_ms - AFTER_LAUGH_MS)
         return True
 
     def reset(self) -> None:
@@ -344,7 +351,10 @@ class HeldSpeech:
         assert self._ears is not None
         self._requests += 1
         held.request, held.asked_ms = self._requests, held.speech_ms
-        self._ears.ask(held.request, buffer.copy(held.start, held.end(buffer)))
+        start = held.start
+        if held.hear_from_ms:
+            start = max(start, buffer.ms_to_pos(held.onset_ms + held.hear_from_ms))
+        self._ears.ask(held.request, buffer.copy(start, held.end(buffer)))
 
     def _voices(self, held: Held, params: InterruptionParams, buffer: InputBuffer) -> Voices:
         """What held speech sounds like so far, one voice or several: from its onset to

@@ -7,7 +7,9 @@ flush their playback on it), no barge-in. From `min_speech_ms` on, the hearing
 recognizer hears it, and hears it again every `HEAR_EVERY_MS` of further speech
 (a hearing takes ~50 ms): it qualifies as soon as the recognizer is *sure* of words
 that are not a backchannel, said by one voice (the waveform's kurtosis,
-models/listening/crowd.py: several talkers at once are background talk). Words it is not
+models/listening/crowd.py: several talkers at once are background talk). Laughter
+is a reaction like a backchannel; once a hearing is laughter alone, the speech is heard
+from near its end on, so that words after the laugh are heard. Words it is not
 sure of (background talk, noise heard as words) qualify only once the held speech has
 lasted `max_backchannel_ms`. Then
 `speech_started` goes out with the true `audio_start_ms` and the barge-in happens.
@@ -73,6 +75,7 @@ WEAK_WORDS: frozenset[str] = frozenset(
     off up out over into onto down
     i you he she it we they me him her us them my your his its our their
     i'm you're it's is are was were be been am this that these those there here
+    that's there's he's she's we're they're
     thank thanks bye""".split()
 )
 
@@ -86,6 +89,13 @@ SURE_ALONE_MS = 200
 
 # Held speech is heard again once it has this much more speech than the last hearing.
 HEAR_EVERY_MS = 100
+
+# After a hearing of laughter alone, held speech is heard from this much before that
+# hearing's end on, not from its onset: heard whole, Whisper writes the laugh on over
+# the words that follow it ("Ha-ha-ha" for "ha-ha, desist immediately"), and heard
+# from the laugh's last 200 ms it hears the words (docs/turn-taking.md, "Laughter and
+# breaths").
+AFTER_LAUGH_MS = 200
 
 
 # How many voices held speech sounds like, by its kurtosis (models/listening/crowd.py),
@@ -222,26 +232,50 @@ def held_verdict(
 
 
 _NOT_WORD = re.compile(r"[^a-z' ]+")
+# Whisper's notes of sounds that are not words: "(laughs)", "[LAUGHTER]", "*sighs*",
+# "[BLANK_AUDIO]". They say no word was said.
+_ANNOTATION = re.compile(r"\([^)]*\)|\[[^\]]*\]|\*[^*]*\*")
 
 
 def normalize(text: str) -> str:
-    """Lower case, hyphens and punctuation to spaces, single spaces."""
-    return " ".join(_NOT_WORD.sub(" ", text.lower().replace("-", " ")).split())
+    """Lower case, annotations dropped, hyphens and punctuation to spaces, single
+    spaces."""
+    text = _ANNOTATION.sub(" ", text.lower()).replace("-", " ")
+    return " ".join(_NOT_WORD.sub(" ", text).split())
 
 
-# Hums and fillers however a recognizer spells them ("Mmm", "mm-hmm", "uh-uh", "hm"):
-# backchannels whatever the list says.
-_HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|h+u+h+|a+h+|o+h+|e+r+m*|u+m+)$")
+# Hums and fillers however a recognizer spells them ("Mmm", "mm-hmm", "uh-uh", "hm",
+# "eh", and "Ugh." or "Eeeee" that Whisper hears in a laugh or a gasp): backchannels
+# whatever the list says.
+_HUM = re.compile(r"^(?:h?m+(?:h+m+)*|u+h*|h+u+h+|a+h+|o+h+|e+h*|e+r+m*|u+m+|u+g+h+)$")
+# Laughter as Whisper spells it ("Ha-ha.", "Hehehe.", "HAHA!", "heh", "ahaha"): a
+# reaction like a hum, never an interruption by itself (docs/turn-taking.md,
+# "Laughter and breaths"); laughter with words ("haha, no wait") interrupts by them.
+_LAUGH = re.compile(r"^[aeo]*(?:h+[aeo]+h*)+$")
+
+
+def laughed(text: str, backchannels: tuple[str, ...]) -> bool:
+    """Whether a transcript is laughter with nothing else but hums or backchannels."""
+    words = normalize(text).split()
+    return any(_LAUGH.match(w) for w in words) and heard_of(text, backchannels) in (
+        Heard.BACKCHANNEL,
+        Heard.NOISE,
+    )
+
+
+def reaction(word: str) -> bool:
+    """A hum, a filler or a laugh: a sound of listening, not a word."""
+    return bool(_HUM.match(word) or _LAUGH.match(word))
 
 
 def strong_words(text: str, backchannels: tuple[str, ...]) -> frozenset[str]:
     """The words of a transcript that can carry an interruption: not a WEAK_WORD, a
-    single letter, a hum or a one-word backchannel."""
+    single letter, a hum, a laugh or a one-word backchannel."""
     single = {normalize(b) for b in backchannels}
     return frozenset(
         w
         for w in normalize(text).split()
-        if len(w) > 1 and w not in WEAK_WORDS and w not in single and not _HUM.match(w)
+        if len(w) > 1 and w not in WEAK_WORDS and w not in single and not reaction(w)
     )
 
 
@@ -315,27 +349,29 @@ def counted(heard: Heard, agreed: bool, voices: Voices) -> Heard:
 
 def heard_of(text: str, backchannels: tuple[str, ...], *, sure: bool = True) -> Heard:
     """What a transcript of held speech is: no words is noise; nothing but
-    backchannel phrases and hums ("yeah yeah", "okay, right", "Mmm, mmm") is a
-    backchannel; other words are words if the recognizer is `sure` of them and one
-    of them is a strong word (`strong_words`)."""
+    backchannel phrases, hums and laughs ("yeah yeah", "okay, right", "Mmm, mmm",
+    "Ha-ha.") is a backchannel; other words are words if the recognizer is `sure` of
+    them and one of them is a strong word (`strong_words`). Lone letters are no
+    words: Whisper spells a burst of breath or laughter as a stutter ("T-t-t",
+    "P-s-s")."""
     words = normalize(text).split()
-    if not words:
-        return Heard.NOISE
     phrases = {tuple(normalize(b).split()) for b in backchannels} - {()}
     longest = max((len(p) for p in phrases), default=0)
-    i = 0
+    i, reacted = 0, False
     while i < len(words):
-        # The longest backchannel phrase starting here, else a hum, else a real word.
+        # The longest backchannel phrase starting here, else a hum or a laugh, else a
+        # lone letter (skipped), else a real word.
         n = next(
             (
                 n
                 for n in range(min(longest, len(words) - i), 0, -1)
                 if tuple(words[i : i + n]) in phrases
             ),
-            1 if _HUM.match(words[i]) else 0,
+            1 if reaction(words[i]) else 0,
         )
-        if n == 0:
+        if n == 0 and len(words[i]) > 1:
             strong = strong_words(" ".join(words[i:]), backchannels)
             return Heard.WORDS if sure and strong else Heard.UNSURE
-        i += n
-    return Heard.BACKCHANNEL
+        reacted = reacted or n > 0
+        i += max(n, 1)
+    return Heard.BACKCHANNEL if reacted else Heard.NOISE

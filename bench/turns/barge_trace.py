@@ -3,18 +3,18 @@
 Run from the repository root:  .venv/bin/python -m bench.turns.barge_trace
 
 The recorded-voice interruption set (bench/turns/real_interruptions.py): each
-interrupting sentence and backchannel is heard as the session hears held speech
-(bench/turns/crowd.py's replay: Whisper every HEAR_EVERY_MS from min_speech_ms, cached
-on disk) and decided by the engine's own held-speech object. Per item: each hearing
-(ms of speech, transcript, sure or not, what it is weighed as, the voice count at that
-point by the kurtosis and pitch clarity) and when the item qualifies. The first word
-heard (`first_words_ms`: a hearing weighed as words, whatever the voice count) against
-when it qualified says how much the recognizer costs and how much the voice count adds.
-Each item's session knows its speaker's voice from an earlier turn
-(engine/user_voice.py: the first other sentence of the same voice in the set, if any;
-`--no-user`: none); the per-hearing voice column is the measures' alone. Hearing compute
-time, the VAD's onset delay and the network are not in these figures (the live run has
-them).
+interrupting sentence, backchannel, laugh, breath and cough is heard as the session
+hears held speech (bench/turns/crowd.py's replay: Whisper every HEAR_EVERY_MS from
+min_speech_ms, cached on disk) and decided by the engine's own held-speech object. Per
+item: each hearing (ms of speech, transcript, sure or not, what it is weighed as, the
+voice count at that point by the kurtosis and pitch clarity) and when the item
+qualifies. The first word heard (`first_words_ms`: a hearing weighed as words,
+whatever the voice count) against when it qualified says how much the recognizer costs
+and how much the voice count adds. Each item's session knows its speaker's voice from
+an earlier turn (engine/user_voice.py: the first other sentence of the same voice in
+the set, if any; `--no-user`: none); the per-hearing voice column is the measures'
+alone. Hearing compute time, the VAD's onset delay and the network are not in these
+figures (the live run has them).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     out: list[dict[str, Any]] = []
     scenarios = make_real_scenarios(args.seed)
     for s in scenarios:
-        replay = replay_of(s.audio, hearings.of(s.audio))
+        replay = replay_of(s.audio, hearings.of(s.audio), hearings.tail)
         user = None if args.no_user else earlier_turn(s, scenarios)
         rows = trace(replay, params)
         first = next((r["ms"] for r in rows if r["heard"] == Heard.WORDS.value), None)
@@ -109,9 +109,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     hearings.save()
     recognizer.close()
-    for kind in ("sentence", "backchannel"):
+    for kind in dict.fromkeys(r["kind"] for r in out):
         for part in ("dev", "held"):
             rs = [r for r in out if r["kind"] == kind and r["part"] == part]
+            if not rs:
+                continue
             q = [r["qualified_ms"] for r in rs if r["qualified_ms"] is not None]
             f = [r["first_words_ms"] for r in rs if r["first_words_ms"] is not None]
             print(

@@ -13,8 +13,8 @@ than the two babble bursts one seed of `make eval-turns` has: per seed (default
 other, as loud as the user) and ten interrupting sentences, plus those sentences at
 10 and 5 dB SNR under the turn set's noise bed (babble and pink noise: a user in a
 noisy room); and the recorded interruption set (bench/turns/real_interruptions.py,
-`--voices`): its sentences by part, its backchannels, each session knowing no
-earlier turn.
+`--voices`): its sentences, backchannels (alone and over talk), laughs, breaths and
+coughs by part, each session knowing no earlier turn.
 
 Each item is heard as the session hears held speech: Whisper (models/listening/hearing.py)
 on its speech so far, with 300 ms of silence before it (the prefix padding), from
@@ -23,7 +23,8 @@ on disk (`crowd-hearings.json` in the set's cache dir). Then every threshold pai
 the grid is replayed with the engine's decisions, the kurtosis (and, where it could
 decide, the pitch clarity) measured at each 20 ms append from the onset, a hearing
 counted from the append it was asked at (its ~50 ms are not added). Reported per kind:
-how many items qualified (babble, backchannels: false interruptions) and how much
+how many items qualified (babble, backchannels, laughs, breaths, coughs: false
+interruptions) and how much
 speech it took (p50/p90 ms). JSON to
 bench/results/crowd.json (or --out).
 """
@@ -63,8 +64,17 @@ from models.listening.hearing import PROMPT, Hearing
 ROOT = Path(__file__).resolve().parents[2]
 HEARING_CACHE = CACHE_DIR / "crowd-hearings.json"
 KINDS = ["babble", "sentence", "snr10", "snr5"]
-# The recorded interruption set (bench/turns/real_interruptions.py), by part.
-REAL_KINDS = ["real-sentence-dev", "real-sentence-held", "real-backchannel"]
+# The recorded interruption set (bench/turns/real_interruptions.py), by kind and part.
+REAL_SET_KINDS = (
+    "sentence",
+    "laugh-words",
+    "backchannel",
+    "backchannel-over-talk",
+    "laugh",
+    "breath",
+    "cough",
+)
+REAL_KINDS = [f"real-{k}-{part}" for k in REAL_SET_KINDS for part in ("dev", "held")]
 SNRS_DB = {"snr10": 10.0, "snr5": 5.0}
 PADDING_MS = 300  # the default prefix_padding_ms: silence before the speech, heard too
 FIRST_MS = 200  # the default min_speech_ms: the first hearing
@@ -108,14 +118,12 @@ def items_of(seed: int) -> list[Item]:
 
 
 def real_items(seed: int) -> list[Item]:
-    """The recorded interruption set's sentences (by part) and backchannels."""
+    """The recorded interruption set's items, by kind and part."""
     from bench.turns.real_interruptions import make_real_scenarios
 
-    out = []
-    for s in make_real_scenarios(seed):
-        kind = f"real-sentence-{s.part}" if s.kind == "sentence" else f"real-{s.kind}"
-        out.append(Item(kind, seed, s.text, s.audio))
-    return out
+    return [
+        Item(f"real-{s.kind}-{s.part}", seed, s.text, s.audio) for s in make_real_scenarios(seed)
+    ]
 
 
 def hearing_points(pcm: Pcm16) -> list[int]:
@@ -149,6 +157,17 @@ class Hearings:
             self._cache[key] = heard
         return [HeardAt(int(ms), str(text), bool(sure)) for ms, text, sure in self._cache[key]]
 
+    def tail(self, pcm: Pcm16) -> Hearing:
+        """A hearing of held speech from after its onset (after a laugh: the engine's
+        AFTER_LAUGH_MS), as asked."""
+        key = "tail:" + _key(pcm, self._model)
+        if key not in self._cache:
+            h = self._hear(pcm)
+            self._cache[key] = [[0, h.text, h.sure]]
+            self.made += 1
+        _, text, sure = self._cache[key][0]
+        return Hearing(str(text), bool(sure))
+
     def save(self) -> None:
         save_json(self._path, self._cache)
 
@@ -164,6 +183,9 @@ class Replay:
     kurtosis_at: dict[int, float]  # ms of speech -> the kurtosis of that much
     total_ms: int
     clarity_at: dict[int, float] = field(default_factory=dict)
+    # Hears what the engine asks for after a laugh (`Hearings.tail`); None: the
+    # hearing of the speech from its onset to the same point stands in.
+    tail: Callable[[Pcm16], Hearing] | None = None
 
     def clarity(self, ms: int) -> float:
         if ms not in self.clarity_at:
@@ -171,11 +193,13 @@ class Replay:
         return self.clarity_at[ms]
 
 
-def replay_of(pcm: Pcm16, hearings: Sequence[HeardAt]) -> Replay:
+def replay_of(
+    pcm: Pcm16, hearings: Sequence[HeardAt], tail: Callable[[Pcm16], Hearing] | None = None
+) -> Replay:
     total = min(len(pcm) * 1000 // PCM_RATE, LONGEST_MS)
     steps = [min(ms, total) for ms in range(FIRST_MS, total + CHUNK_MS, CHUNK_MS)]
     at = {ms: kurtosis(pcm[: ms * PCM_RATE // 1000]) for ms in steps}
-    return Replay(pcm, tuple(hearings), at, total)
+    return Replay(pcm, tuple(hearings), at, total, tail=tail)
 
 
 class _ReplayedInput:
@@ -226,8 +250,13 @@ def qualified_ms(
         decision = held.step(params, audio, PADDING_MS)
         while ears.asked is not None:
             (request, pcm), ears.asked = ears.asked, None
-            h = by_ms[len(pcm) * 1000 // PCM_RATE - PADDING_MS]
-            held.heard(HearingDone(request, Hearing(h.text, h.sure)), params)
+            now = held.held
+            if now is not None and now.hear_from_ms and item.tail is not None:
+                hearing = item.tail(pcm)  # after a laugh: only its speech from there
+            else:
+                h = by_ms[now.asked_ms if now is not None else 0]
+                hearing = Hearing(h.text, h.sure)
+            held.heard(HearingDone(request, hearing), params)
             decision = held.step(params, audio, PADDING_MS)
         return isinstance(decision, Interrupt)
 
@@ -331,9 +360,7 @@ def main(argv: list[str] | None = None) -> int:
 
     recognizer = WhisperHearing(args.model, threads=2, parallel=1)
     hearings = Hearings(recognizer.hear, None if args.no_cache else HEARING_CACHE, args.model)
-    replays = [replay_of(it.pcm, hearings.of(it.pcm)) for it in items]
-    hearings.save()
-    recognizer.close()
+    replays = [replay_of(it.pcm, hearings.of(it.pcm), hearings.tail) for it in items]
     base = InterruptionParams()
     grid = []
     header = " | ".join(f"{k} qualified (p50/p90 ms)" for k in kinds_of(items))
@@ -355,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             base.one_voice_clarity,
         )
         print(_row(crowd, one, clear, s) + ("  <- Parley's default" if default else ""))
+    hearings.save()  # with the hearings after laughs the grid asked for
+    recognizer.close()
     report = {
         "seeds": args.seeds,
         "model": args.model,

@@ -1,15 +1,15 @@
-"""Scoring what a client saw while the assistant talked and something was heard:
-pure decisions over the item's events, then per mode and scenario kind.
+"""Scoring what a client saw while the assistant talked and something was heard: pure
+decisions over the item's events, then per mode and scenario kind.
 
-For a backchannel, a burst or echo any cancel of the assistant's response is a false
-interruption, and any `input_audio_buffer.speech_started` a false start (counted
-apart: a server that holds speech_started back until speech qualifies changes the
-second, one that only defers the cancel changes the first). For an interrupting
-sentence a response not cancelled is a missed interruption; for one said over the
-assistant's echo ("talkover"), a cancel before the sentence began is the echo's, a
-false one, counted apart. Reaction time runs from
-the send of the chunk holding the injected sound's first sample to the arrival of
-`response.done` with status cancelled.
+For a backchannel, a burst, echo, a laugh, a breath or a cough any cancel of the
+assistant's response is a false interruption, and any
+`input_audio_buffer.speech_started` a false start (counted apart: a server that holds
+speech_started back until speech qualifies changes the second, one that only defers
+the cancel changes the first). For an interrupting sentence a response not cancelled
+is a missed interruption; for one said over the assistant's echo ("talkover"), a
+cancel before the sentence began is the echo's, a false one, counted apart. Reaction
+time runs from the send of the chunk holding the injected sound's first sample to the
+arrival of `response.done` with status cancelled.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 from bench.turns.score import p50_p90
 
-FALSE_KINDS = ("backchannel", "burst", "echo")  # nothing there should interrupt
-TRUE_KINDS = ("sentence", "talkover")
+# Nothing there should interrupt (the recorded set's own: bench/turns/real_interruptions.py).
+FALSE_KINDS = ("backchannel", "burst", "echo", "backchannel-over-talk", "laugh", "breath", "cough")
+# Laughter with words ("laugh-words") interrupts by its words.
+TRUE_KINDS = ("sentence", "talkover", "laugh-words")
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,8 @@ def table(report: dict[str, object]) -> str:
     """Per mode and scenario kind: cancels, starts, misses, reaction, commits."""
     lines = [
         "while the assistant speaks: cancelled = response.done cancelled (false for"
-        " backchannel/burst/echo); started = items with input_audio_buffer.speech_started;"
+        " backchannel/burst/echo/laugh/breath/cough); started = items with"
+        " input_audio_buffer.speech_started;"
         " reaction = injected sound's first chunk sent -> response.done cancelled, ms",
         "mode | scenario | items | cancelled | started | missed | reaction p50/p90"
         " | turns committed",

@@ -5,13 +5,13 @@ assistant talks.
 - Interrupting sentences: each LibriVox sentence (one reader), Asterisk prompts (one
   far-end voice) and AMI segments of at least SENTENCE_MS[0] that no other speaker talks
   into (up to AMI_PER_SPEAKER per speaker, many voices), each cut at SENTENCE_MS[1].
-- Backchannels: AMI segments of BACKCHANNEL_MS (annotation durations: "yeah", "mm",
-  "okay" and the like are this short) lying inside another speaker's segment, with
-  MIN_PAUSE_MS of it on either side. The excerpts are single-channel mixes, so the
-  other speaker's ongoing speech is in the cut too, quieter (the item's text names
-  them): a backchannel over background talk.
-- Breaths and laughs: none of the sources labels them (the AMI excerpts ship speaker
-  turns only), so there are none here; the espeak set's bursts stand in.
+- Backchannels over talk ("backchannel-over-talk"): AMI segments of BACKCHANNEL_MS
+  (annotation durations: "yeah", "mm", "okay" and the like are this short) lying
+  inside another speaker's segment, with MIN_PAUSE_MS of it on either side. The
+  excerpts are single-channel mixes, so the other speaker's ongoing speech is in the
+  cut too, quieter (the item's text names them), at times as clear words.
+- Laughs, breaths, coughs and clean backchannels (a hum alone): recorded sound packs,
+  bench/turns/reactions.py.
 
 Speakers are split, seeded, into a development and a held-back part (the turn sets'
 split_parts); each item carries its part.
@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.turns import recorded
+from bench.turns.reactions import reaction_scenarios
 from bench.turns.real_sets import (
     MIN_PAUSE_MS,
     Segment,
@@ -39,6 +40,7 @@ SENTENCE_MS = (1000, 3000)  # an interrupting sentence: at least, then cut at
 BACKCHANNEL_MS = (250, 1000)
 AMI_PER_SPEAKER = 2
 ASTERISK_SENTENCES = 6
+OVER_TALK = "backchannel-over-talk"
 
 
 def ami_segments(root: Path) -> dict[str, list[Segment]]:
@@ -87,7 +89,7 @@ def ami_scenarios(root: Path) -> Iterator[tuple[str, str, str, Scenario]]:
             if over is not None:
                 text = f"short turn inside {over.speaker}'s speech"
                 audio = cut(pcm, s.start_ms, s.end_ms)
-                yield "backchannel", text, voice, Scenario(f"{uri}-{i:02d}", "", "", "", audio, 0)
+                yield OVER_TALK, text, voice, Scenario(f"{uri}-{i:02d}", "", "", "", audio, 0)
             elif is_sentence(s, segs) and per_speaker.get(voice, 0) < AMI_PER_SPEAKER:
                 per_speaker[voice] = per_speaker.get(voice, 0) + 1
                 end = min(s.end_ms, s.start_ms + SENTENCE_MS[1])
@@ -125,6 +127,7 @@ def build(roots: dict[str, Path], seed: int) -> list[Scenario]:
         *librivox_sentences(roots["librivox"]),
         *ami_scenarios(roots["ami"]),
         *asterisk_sentences(roots["asterisk"], rng),
+        *reaction_scenarios(roots),
     ]
     part = split_parts([voice for _, _, voice, _ in made], seed)
     out: list[Scenario] = []

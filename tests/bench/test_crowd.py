@@ -13,6 +13,7 @@ from bench.turns.noise import Pcm16
 from bench.turns.scenarios import make_scenarios, trimmed
 from engine.interruption import InterruptionParams
 from engine.user_voice import profile_of
+from models.listening.hearing import Hearing
 from tests.support.held import squashed
 
 
@@ -76,3 +77,22 @@ def test_one_seed_through_whisper(tmp_path: Path) -> None:
     assert row["babble"]["qualified"] == 0
     assert row["sentence"]["qualified"] == 1
     assert report["hearings_made"] > 20
+
+
+def test_after_a_laugh_the_replay_hears_what_the_engine_asks_for() -> None:
+    """Held speech whose hearings from the onset are all laughter (Whisper writing the
+    laugh on over the words) qualifies once the speech after the laugh, heard alone
+    (`Replay.tail`), is words; without such hearings it never does."""
+    user = trimmed(load_wav("weather"))
+    laughs = [HeardAt(ms, "Ha-ha-ha", True) for ms in hearing_points(user)]
+    params = InterruptionParams()
+    assert qualified_ms(replay_of(user, laughs), params) is None
+    asked: list[int] = []
+
+    def tail(pcm: Pcm16) -> Hearing:
+        asked.append(len(pcm))
+        return Hearing("Stop that!", True)
+
+    # The laugh heard at 300 ms of speech: the hearing at 400 hears from 100 ms on.
+    assert qualified_ms(replay_of(user, laughs, tail), params) == 400
+    assert asked[0] == (400 - (300 - 200)) * 24

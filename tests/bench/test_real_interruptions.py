@@ -18,7 +18,7 @@ def seg(speaker: str, start: int, end: int) -> Segment:
     return Segment("m", speaker, start, end)
 
 
-def test_a_short_turn_inside_another_speakers_is_a_backchannel() -> None:
+def test_a_short_turn_inside_another_speakers_is_a_backchannel_over_talk() -> None:
     long = seg("A", 0, 5000)
     assert ri.is_backchannel(seg("B", 1000, 1500), [long]) == long
     assert ri.is_backchannel(seg("B", 1000, 2500), [long]) is None  # too long
@@ -50,23 +50,25 @@ def test_ami_items_split_by_speaker_with_their_part_in_the_report_row(tmp_path: 
     roots = {k: tmp_path / k for k in ("ami", "librivox", "asterisk")}
     made = ri.build(roots, seed=1)
     assert sorted((s.kind, s.voice) for s in made) == [
-        ("backchannel", "ami:B"),
+        ("backchannel-over-talk", "ami:B"),
         ("sentence", "ami:B"),
         ("sentence", "ami:C"),
     ]  # A's turn has B's backchannel inside its first 3 s: not a clean sentence
     assert {s.part for s in made} == {"dev", "held"}
-    bc = next(s for s in made if s.kind == "backchannel")
+    bc = next(s for s in made if s.kind == "backchannel-over-talk")
     assert bc.audio_ms == 500
-    assert group_of(bc) == f"backchannel real-{bc.part}"
+    assert group_of(bc) == f"backchannel-over-talk real-{bc.part}"
     espeak = Scenario("b", "backchannel", "yeah", "en", np.zeros(10, np.int16), 700)
     assert group_of(espeak) == "backchannel"
 
 
 def test_the_trace_weighs_each_hearing_with_the_voice_count_there() -> None:
     from bench.turns.barge_trace import trace
-    from bench.turns.crowd import HeardAt
+    from bench.turns.crowd import HeardAt, Replay
     from engine.interruption import InterruptionParams
 
-    hearings = [HeardAt(200, "Okay.", True), HeardAt(300, "Two weeks.", True)]
-    rows = trace(hearings, {200: 9.0, 300: 3.5}, InterruptionParams())
+    hearings = (HeardAt(200, "Okay.", True), HeardAt(300, "Two weeks.", True))
+    pcm = np.zeros(300 * PCM_RATE // 1000, np.int16)
+    replay = Replay(pcm, hearings, {200: 9.0, 300: 3.5}, 300, {200: 0.0, 300: 0.0})
+    rows = trace(replay, InterruptionParams())
     assert [(r["heard"], r["voices"]) for r in rows] == [("backchannel", "one"), ("words", "many")]
