@@ -12,11 +12,9 @@ the session lives on. Until the first byte of an answer, a failed attempt (refus
 timed out, 5xx, 429, a stream that died empty) is retried, on the next backend when
 there are several. Once part of an answer was heard it is not retried.
 
-Several backend URLs: each session sticks to one (rendezvous hashing of the session
-over the URLs), so a vLLM replica keeps that conversation's prefix in its cache; a
-backend that failed is passed over for `down_for_s` and its sessions move to their
-next choice. An abort cancels the reading task, which closes the HTTP stream: vLLM
-aborts a request whose stream is closed.
+Several backend URLs: each session sticks to one, and a backend that failed is
+passed over for a while (models/chat_backends.py). An abort cancels the reading
+task, which closes the HTTP stream: vLLM aborts a request whose stream is closed.
 """
 
 from __future__ import annotations
@@ -24,11 +22,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import io
-import json
 import logging
-import re
 import time
 import wave
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -40,6 +35,21 @@ import numpy as np
 
 from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
 from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt
+from models.chat_backends import (
+    Attempt,
+    BackendError,
+    Replicas,
+    Retryable,
+    api_base,
+    broken,
+    check_status,
+    event_data,
+    http_client,
+    http_failures,
+    parse_event,
+    session_key,
+)
+from models.chat_backends import rendezvous as rendezvous  # where tests and tools find it
 from models.speech.asr import SpeechRecognizer
 from models.speech.audio import resample_int16
 from models.speech.speaker import Speaker
@@ -51,14 +61,6 @@ log = logging.getLogger(__name__)
 
 # pcm16 audio deltas of the OpenAI API: the engine's rate, so they pass through as is.
 OPENAI_AUDIO_RATE = PCM_RATE
-
-
-class BackendError(RuntimeError):
-    """The model backend failed; the message says which and how."""
-
-
-class _Retryable(BackendError):
-    """Failed before any answer was heard: another attempt may succeed."""
 
 
 @dataclass(frozen=True)
@@ -76,28 +78,6 @@ class BackendOptions:
     max_audio_items: int = 1  # audio parts per request (vLLM: --limit-mm-per-prompt)
     audio_output: bool = False  # ask the backend for speech (vLLM-Omni, OpenAI)
     voice: str = "alloy"
-
-
-def api_base(url: str) -> str:
-    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` alike."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
-
-
-def session_key(request_id: str) -> str:
-    """What all responses of one session share: Parley's ids are a per-session
-    random prefix and a counter (engine/emitter.py), so the id less its counter."""
-    return re.sub(r"\d{6}$", "", request_id) or request_id
-
-
-def rendezvous(key: str, urls: tuple[str, ...]) -> list[str]:
-    """`urls` in this key's order of preference: stable per key, spread over keys,
-    and removing one URL moves only the keys that preferred it."""
-
-    def weight(url: str) -> bytes:
-        return hashlib.sha256(f"{key}|{url}".encode()).digest()
-
-    return sorted(urls, key=weight, reverse=True)
 
 
 def wav_base64(audio: np.ndarray) -> str:
@@ -230,8 +210,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         super().__init__(speaker, recognizer=recognizer, owns_tts=owns_tts)
         self.options = options
         self.stats = BackendStats()
-        self._clock = clock
-        self._down_until: dict[str, float] = {}
+        self.replicas = Replicas(options.urls, options.down_for_s, clock)
         self._models: dict[str, str] = {}
         self._finish: dict[str, str] = {}  # request id → the backend's finish_reason
         self._client: httpx.AsyncClient | None = None
@@ -241,21 +220,16 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
     def order(self, prompt: Prompt) -> list[str]:
         """Backends to try for this request: the session's own first, healthy ones
         before those that failed lately."""
-        key = prompt.session_id or session_key(prompt.request_id)
-        preferred = rendezvous(key, self.options.urls)
-        now = self._clock()
-        healthy = [u for u in preferred if self._down_until.get(u, 0.0) <= now]
-        return healthy + [u for u in preferred if u not in healthy]
-
-    def _mark_down(self, url: str) -> None:
-        self._down_until[url] = self._clock() + self.options.down_for_s
+        return self.replicas.order(prompt.session_id or session_key(prompt.request_id))
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             o = self.options
-            timeout = httpx.Timeout(o.read_timeout_s, connect=o.connect_timeout_s)
-            headers = {"Authorization": f"Bearer {o.api_key}"} if o.api_key else {}
-            self._client = httpx.AsyncClient(timeout=timeout, headers=headers)
+            self._client = http_client(
+                connect_timeout_s=o.connect_timeout_s,
+                read_timeout_s=o.read_timeout_s,
+                api_key=o.api_key,
+            )
         return self._client
 
     async def _model(self, url: str) -> str:
@@ -264,7 +238,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         if url not in self._models:
             response = await self._http().get(api_base(url) + "/models")
             if response.status_code >= 400:
-                raise _Retryable(f"backend {url} listed no models (HTTP {response.status_code})")
+                raise Retryable(f"backend {url} listed no models (HTTP {response.status_code})")
             listed = response.json().get("data") or []
             if not listed:
                 raise BackendError(f"backend {url} serves no model")
@@ -383,9 +357,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         try:
             tried: list[str] = []
             for attempt in range(attempts):
-                order = self.order(prompt)
-                untried = [u for u in order if u not in tried]
-                url = untried[0] if untried else order[attempt % len(order)]
+                url = self.replicas.pick(prompt.session_id or session_key(request_id), tried)
                 tried.append(url)
                 state.backend = url
                 self.stats.chosen[request_id] = url
@@ -394,8 +366,8 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                     await self._attempt(url, prompt, state)
                     state.queue.put_nowait(None)
                     return
-                except _Retryable as exc:
-                    self._mark_down(url)
+                except Retryable as exc:
+                    self.replicas.mark_down(url)
                     failures.append(str(exc))
                     log.warning("request %s: attempt %d: %s", request_id, attempt + 1, exc)
             raise BackendError(
@@ -408,62 +380,35 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             state.queue.put_nowait(exc)
 
     async def _attempt(self, url: str, prompt: Prompt, state: _Request) -> None:
-        """One request to one backend. Raises _Retryable while nothing was heard."""
-        heard = False
+        """One request to one backend. Raises Retryable while nothing was heard."""
+        attempt = Attempt(url)
         state.calls.clear()  # a retry starts the reply over
-        try:
+        with http_failures(attempt, self.options.read_timeout_s):
             body = self.body(prompt, await self._model(url))
             endpoint = api_base(url) + "/chat/completions"
             async with self._http().stream("POST", endpoint, json=body) as response:
-                if response.status_code >= 400:
-                    text = (await response.aread())[:500].decode(errors="replace")
-                    message = f"backend {url} answered HTTP {response.status_code}: {text}"
-                    if response.status_code >= 500 or response.status_code == 429:
-                        raise _Retryable(message)
-                    raise BackendError(message)
+                await check_status(url, response)
                 done = False
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
+                async for data in event_data(response):
+                    if data is None:
                         done = True
                         break
                     delta = self._parse(url, data, prompt.request_id, state)
                     if delta is None:
                         continue
-                    heard = heard or bool(state.calls)  # a call begun: no retry elsewhere
+                    # A call begun: no retry elsewhere.
+                    attempt.heard = attempt.heard or bool(state.calls)
                     if delta.text or delta.audio is not None:
-                        heard = True
+                        attempt.heard = True
                         self.stats.mark(prompt.request_id, "first_token")
                         state.queue.put_nowait(delta)
                 if not done:
-                    raise self._broken(url, heard, "closed the stream before the answer ended")
+                    raise broken(url, attempt.heard, "closed the stream before the answer ended")
                 if calls := function_calls(state.calls, prompt.request_id):
                     state.queue.put_nowait(_Delta(calls=calls))
-        except httpx.ConnectError as exc:
-            raise _Retryable(f"backend {url} refused the connection ({exc})") from None
-        except httpx.TimeoutException:
-            what = "did not answer" if not heard else "stopped answering"
-            wait = self.options.read_timeout_s
-            raise self._broken(url, heard, f"{what} within {wait:g} s") from None
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise self._broken(url, heard, f"broke the connection ({exc})") from None
-
-    @staticmethod
-    def _broken(url: str, heard: bool, what: str) -> BackendError:
-        if heard:
-            return BackendError(f"backend {url} {what}, in the middle of the answer")
-        return _Retryable(f"backend {url} {what}")
 
     def _parse(self, url: str, data: str, request_id: str, state: _Request) -> _Delta | None:
-        try:
-            event = json.loads(data)
-        except json.JSONDecodeError:
-            raise BackendError(f"backend {url} sent a malformed event: {data[:200]}") from None
-        if error := event.get("error"):
-            message = error.get("message") if isinstance(error, dict) else error
-            raise BackendError(f"backend {url} reported an error: {message}")
+        event = parse_event(url, data)
         choices = event.get("choices") or []
         if not choices:
             return None  # the usage event
