@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from models.base import FunctionCall
+
 
 class BackendError(RuntimeError):
     """The model backend failed; the message says which and how."""
@@ -160,3 +162,32 @@ def http_failures(attempt: Attempt, read_timeout_s: float) -> Iterator[None]:
         raise broken(url, attempt.heard, f"{what} within {read_timeout_s:g} s") from None
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
         raise broken(url, attempt.heard, f"broke the connection ({exc})") from None
+
+
+@dataclass
+class CallParts:
+    """A streamed tool call's pieces, as `delta.tool_calls[i]` brings them."""
+
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+def merge_tool_call_deltas(parts: dict[int, CallParts], deltas: list[dict[str, Any]]) -> None:
+    """Fold one chunk's `tool_calls` into `parts` by index: the id and name come
+    once, the arguments in pieces (as vLLM's and OpenAI's servers stream them)."""
+    for delta in deltas:
+        part = parts.setdefault(int(delta.get("index", 0)), CallParts())
+        part.call_id = delta.get("id") or part.call_id
+        function = delta.get("function") or {}
+        part.name = function.get("name") or part.name
+        part.arguments += function.get("arguments") or ""
+
+
+def function_calls(parts: dict[int, CallParts], request_id: str) -> list[FunctionCall]:
+    """The finished calls in index order; a call the backend gave no id gets one."""
+    return [
+        FunctionCall(p.name, p.arguments or "{}", p.call_id or f"call_{request_id}_{i}")
+        for i, p in sorted(parts.items())
+        if p.name
+    ]

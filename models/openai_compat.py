@@ -49,7 +49,12 @@ from models.chat_backends import (
     parse_event,
     session_key,
 )
-from models.chat_backends import rendezvous as rendezvous  # where tests and tools find it
+
+# Where its tests find them.
+from models.chat_backends import CallParts as _CallParts
+from models.chat_backends import function_calls as function_calls
+from models.chat_backends import merge_tool_call_deltas as merge_tool_call_deltas
+from models.chat_backends import rendezvous as rendezvous
 from models.speech.asr import SpeechRecognizer
 from models.speech.audio import resample_int16
 from models.speech.speaker import Speaker
@@ -131,33 +136,14 @@ def chat_tool_choice(choice: str) -> str | dict[str, Any]:
     return {"type": "function", "function": {"name": choice}}
 
 
-@dataclass
-class _CallParts:
-    """A streamed tool call's pieces, as `delta.tool_calls[i]` brings them."""
-
-    call_id: str = ""
-    name: str = ""
-    arguments: str = ""
-
-
-def merge_tool_call_deltas(parts: dict[int, _CallParts], deltas: list[dict[str, Any]]) -> None:
-    """Fold one chunk's `tool_calls` into `parts` by index: the id and name come
-    once, the arguments in pieces (as vLLM's and OpenAI's servers stream them)."""
-    for delta in deltas:
-        part = parts.setdefault(int(delta.get("index", 0)), _CallParts())
-        part.call_id = delta.get("id") or part.call_id
-        function = delta.get("function") or {}
-        part.name = function.get("name") or part.name
-        part.arguments += function.get("arguments") or ""
-
-
-def function_calls(parts: dict[int, _CallParts], request_id: str) -> list[FunctionCall]:
-    """The finished calls in index order; a call the backend gave no id gets one."""
-    return [
-        FunctionCall(p.name, p.arguments or "{}", p.call_id or f"call_{request_id}_{i}")
-        for i, p in sorted(parts.items())
-        if p.name
-    ]
+def chat_tools(prompt: Prompt) -> dict[str, Any]:
+    """The request's `tools` and `tool_choice`; none for `tool_choice` "none"."""
+    if not prompt.tools or prompt.tool_choice == "none":
+        return {}
+    return {
+        "tools": [tool_schema(t) for t in prompt.tools],
+        "tool_choice": chat_tool_choice(prompt.tool_choice),
+    }
 
 
 def decode_audio(data: str) -> np.ndarray:
@@ -265,9 +251,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             "max_tokens": limit,
             "temperature": o.temperature,
         }
-        if prompt.tools and prompt.tool_choice != "none":
-            body["tools"] = [tool_schema(t) for t in prompt.tools]
-            body["tool_choice"] = chat_tool_choice(prompt.tool_choice)
+        body |= chat_tools(prompt)
         if o.audio_output and "audio" in prompt.output_modalities:
             body["modalities"] = ["text", "audio"]
             body["audio"] = {"voice": o.voice, "format": "pcm16"}
