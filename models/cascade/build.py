@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.cascade.llm import Ct2LanguageModel
+from models.cascade.llm import Ct2LanguageModel, LanguageModel
 from models.cascade.pipeline import CascadeExecutor
+from models.cascade.remote_llm import RemoteLanguageModel, RemoteLLMOptions
 from models.cascade.text import ChatMessage
 from models.speech.asr import WhisperRecognizer
 from models.speech.tts import PiperSynthesizer, Synthesizer
@@ -25,7 +26,14 @@ log = logging.getLogger(__name__)
 class CascadeOptions(VoiceOptions):
     """The voice, and the language model between hearing and speaking."""
 
-    llm_model: Path | None = None  # a Llama, Qwen2 or Gemma GGUF; default: SmolLM2-135M
+    # A Llama, Qwen2 or Gemma GGUF (default: SmolLM2-135M); with `llm_url`, the name
+    # of the model the server serves (default: the first it lists).
+    llm_model: Path | None = None
+    # The language model on OpenAI-compatible servers (replicas) instead of embedded.
+    llm_url: tuple[str, ...] = ()
+    llm_api_key: str | None = None
+    llm_timeout_s: float = 60.0
+    llm_context_tokens: int = 4096  # the server's context length, for the history
     max_output_tokens: int = 120
     max_sentences: int = 3  # a spoken answer's length (0: no limit)
 
@@ -33,7 +41,7 @@ class CascadeOptions(VoiceOptions):
 def build_cascade(options: CascadeOptions) -> CascadeExecutor:
     """Load every stage (seconds; the first start also converts the LLM once)."""
     asr = WhisperRecognizer(options.asr_model)
-    llm = Ct2LanguageModel(options.llm_model)
+    llm = make_language_model(options)
     tts = make_synthesizer(options)
     warm_up(asr, llm, tts)
     log.info("cascade ready: %s, %s, %s", asr.name, llm.name, tts.name)
@@ -47,14 +55,35 @@ def build_cascade(options: CascadeOptions) -> CascadeExecutor:
     )
 
 
-def warm_up(asr: WhisperRecognizer, llm: Ct2LanguageModel, tts: Synthesizer) -> float:
+def make_language_model(options: CascadeOptions) -> LanguageModel | RemoteLanguageModel:
+    """The embedded model, or the remote one once its servers answered (raises
+    ModelMissing naming the stage when they do not, or lack the model)."""
+    if not options.llm_url:
+        return Ct2LanguageModel(options.llm_model)
+    remote = RemoteLanguageModel(
+        RemoteLLMOptions(
+            urls=options.llm_url,
+            model=None if options.llm_model is None else str(options.llm_model),
+            api_key=options.llm_api_key,
+            read_timeout_s=options.llm_timeout_s,
+            max_context_tokens=options.llm_context_tokens,
+        )
+    )
+    remote.check()
+    return remote
+
+
+def warm_up(
+    asr: WhisperRecognizer, llm: LanguageModel | RemoteLanguageModel, tts: Synthesizer
+) -> float:
     """Run each stage once before the first user does: the first call of each
     pays for lazy loading (Piper's worker process alone took 2.2 s), which would
     otherwise land on the first answer. Returns the seconds it took."""
     began = time.monotonic()
     asr.transcribe(np.zeros(WHISPER_RATE, np.int16), WHISPER_RATE)
-    for _ in llm.stream([ChatMessage("user", "Hi")], max_tokens=1, stop=threading.Event()):
-        pass
+    if not isinstance(llm, RemoteLanguageModel):  # a server warms itself up
+        for _ in llm.stream([ChatMessage("user", "Hi")], max_tokens=1, stop=threading.Event()):
+            pass
     if isinstance(tts, PiperSynthesizer):
         tts.start()
     else:
