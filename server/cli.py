@@ -67,6 +67,7 @@ _FLAGS = (
     "gpu_memory_utilization",
     "max_model_len",
     "backend_url",
+    "llm_url",
     "drain_timeout_s",
     "allow_no_keys",
 )
@@ -97,7 +98,19 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper directory"
     )
-    serve.add_argument("--llm-model", help="a Llama, Qwen2 or Gemma .gguf (default: SmolLM2-135M)")
+    serve.add_argument(
+        "--llm-model",
+        help="a Llama, Qwen2 or Gemma .gguf (default: SmolLM2-135M); with --llm-url, the "
+        "served model's name (default: the first the server lists) (PARLEY_LLM_MODEL)",
+    )
+    serve.add_argument(
+        "--llm-url",
+        action="append",
+        metavar="URL",
+        help="cascade: the language model on an OpenAI-compatible chat completions server, "
+        "e.g. http://vllm:8000/v1; repeat for replicas, each session sticks to one "
+        "(PARLEY_LLM_URL=url1,url2; default: the embedded GGUF)",
+    )
     serve.add_argument("--tts-engine", choices=get_args(TtsEngineName), help="default auto")
     serve.add_argument("--tts-voice", help="a Piper VOICE.onnx (VOICE.onnx.json beside it)")
     serve.add_argument(
@@ -309,9 +322,11 @@ def worker_app() -> Any:
 
 
 def print_models() -> int:
-    from models.inventory import installed_models
+    from models.inventory import installed_models, remote_models
 
-    rows = installed_models()
+    settings = Settings()
+    model = None if settings.llm_model is None else str(settings.llm_model)
+    rows = installed_models() + remote_models(tuple(settings.llm_url), model)
     print(f"{'stage':5}  {'model':38}  {'size':>9}  {'licence':28}  source / path")
     for m in rows:
         size = f"{m.size_bytes / 1e6:.1f} MB" if m.size_bytes else "-"

@@ -40,8 +40,8 @@ class CascadeOptions(VoiceOptions):
 
 def build_cascade(options: CascadeOptions) -> CascadeExecutor:
     """Load every stage (seconds; the first start also converts the LLM once)."""
+    llm = make_language_model(options)  # first: a server that is down fails fast
     asr = WhisperRecognizer(options.asr_model)
-    llm = make_language_model(options)
     tts = make_synthesizer(options)
     warm_up(asr, llm, tts)
     log.info("cascade ready: %s, %s, %s", asr.name, llm.name, tts.name)

@@ -29,6 +29,8 @@ from models.chat_backends import BackendError, rendezvous, session_key
 from models.errors import ModelMissing
 from models.speech.files import ModelInfo
 from models.speech.tts import FliteSynthesizer
+from server.cli import main
+from server.config import Settings
 from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 
 REPLY = (
@@ -409,3 +411,31 @@ async def test_the_cascade_options_choose_the_remote_model(fake: FakeOpenAI) -> 
     finally:
         await llm.aclose()
     assert json.loads(json.dumps(fake.requests[0][1]))["model"] == "model-a"
+
+
+def test_serve_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_LLM_URL", "http://a:8000/v1, http://b:8000/v1")
+    monkeypatch.setenv("PARLEY_LLM_API_KEY", "secret")
+    settings = Settings()
+    assert settings.llm_url == ["http://a:8000/v1", "http://b:8000/v1"]
+    assert settings.llm_api_key == "secret" and settings.llm_timeout_s == 60.0
+    assert Settings(llm_url=["http://x:1/v1", "http://y:2/v1"]).llm_url == [
+        "http://x:1/v1",
+        "http://y:2/v1",
+    ]
+
+
+def test_serve_with_an_unreachable_llm_server_names_the_stage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    try:
+        code = main(["serve", "--port", "1", "--llm-url", dead, "--llm-model", "llama"])
+    finally:
+        sock.close()
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"the cascade's language model (--llm-url): {dead} did not list its models" in err
+    assert "fix:" in err and "PARLEY_LLM_URL" in err
