@@ -6,7 +6,9 @@ yet, tools kept and a spoken answer), each driven through an in-process Session.
 - cascade: the embedded pipeline with its real models (loaded once per module); a
   scripted story stands in for the language model where a scene needs it held;
 - vllm: the vllm executor over the protocol-level fake of AsyncLLM;
-- openai_compat: the HTTP executor against the local fake OpenAI server.
+- openai_compat: the HTTP executor against the local fake OpenAI server;
+- cascade_remote_llm: the cascade with its language model on the fake OpenAI server
+  (models/cascade/remote_llm.py), Whisper and Piper embedded.
 
 Each kit can hold the model before its first token, let exactly the first sentence
 out, and make the next request fail; a scene waits on those gates, and on real
@@ -29,6 +31,7 @@ import pytest
 from models.base import Prompt
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
+from models.cascade.remote_llm import RemoteLanguageModel, RemoteLLMOptions
 from models.cascade.text import ChatMessage
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
 from models.scripted import ScriptedExecutor
@@ -46,6 +49,8 @@ from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm
 from tests.support.harness import Harness
 
 KINDS = ["scripted", "cascade", "vllm", "openai_compat"]
+# Executors in a second shape: the cascade with a stage on a server.
+SHAPES = ["cascade_remote_llm"]
 
 
 # --- scripted ------------------------------------------------------------------------
@@ -203,6 +208,41 @@ def cascade_kit(models: CascadeModels, *, calls_tools: bool = False) -> Kit:
     )
 
 
+async def cascade_remote_llm_kit(models: CascadeModels, stack: contextlib.AsyncExitStack) -> Kit:
+    fake = await stack.enter_async_context(running_fake_openai())
+    options = RemoteLLMOptions(urls=(fake.url("llm"),), model="model-llm", retries=0)
+    llm = RemoteLanguageModel(options)
+    ex = CascadeExecutor(models.asr, llm, models.tts)
+    stack.push_async_callback(llm.aclose)
+
+    async def first_sentence() -> None:
+        await fake.release(9)  # "I heard 0 audio parts in 2 messages." and one more word
+
+    def fail() -> None:
+        fake.behaviour["llm"] = "error"
+
+    async def stopped(rid: str, h: Harness) -> None:
+        await asyncio.wait_for(fake.stream_closed.wait(), 10)  # the HTTP stream closed
+        await h.wait_until(lambda: not ex.running(rid))
+
+    async def free() -> None:
+        fake.behaviour["llm"] = "normal"
+        await fake.free()
+
+    return Kit(
+        ex,
+        fake.hold,
+        first_sentence,
+        free,
+        fail,
+        lambda: len(fake.requests),
+        stopped,
+        failure_text="HTTP 500",
+        recognizes=True,
+        calls_tools=True,
+    )
+
+
 # --- vllm (fake engine) ----------------------------------------------------------------
 
 
@@ -270,7 +310,7 @@ async def openai_kit(stack: contextlib.AsyncExitStack) -> Kit:
     )
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=KINDS + SHAPES)
 async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
     async with contextlib.AsyncExitStack() as stack:
         kind = request.param
@@ -278,6 +318,8 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
             made = scripted_kit()
         elif kind == "cascade":
             made = cascade_kit(request.getfixturevalue("cascade_models"))
+        elif kind == "cascade_remote_llm":
+            made = await cascade_remote_llm_kit(request.getfixturevalue("cascade_models"), stack)
         elif kind == "vllm":
             made = await vllm_kit()
         else:
@@ -286,7 +328,7 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
             yield made
         finally:
             await made.free()
-            if kind != "cascade":  # the cascade's models are the module's
+            if not kind.startswith("cascade"):  # the cascade's models are the module's
                 await made.executor.aclose()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -71,18 +71,8 @@ async def pieces(llm: RemoteLanguageModel, p: Prompt) -> list[str | FunctionCall
     return [piece async for piece in llm.reply(p, {}, max_tokens=50)]
 
 
-@pytest.fixture
-def cascade() -> Iterator[list[CascadeExecutor]]:
-    made: list[CascadeExecutor] = []
-    yield made
-    for ex in made:
-        ex.tts.close()
-
-
-def executor(made: list[CascadeExecutor], llm: RemoteLanguageModel) -> CascadeExecutor:
-    ex = CascadeExecutor(NoRecognizer(), llm, FliteSynthesizer(), max_sentences=0)
-    made.append(ex)
-    return ex
+def executor(llm: RemoteLanguageModel) -> CascadeExecutor:
+    return CascadeExecutor(NoRecognizer(), llm, FliteSynthesizer(), max_sentences=0)
 
 
 async def collect(ex: CascadeExecutor, p: Prompt) -> list[OutputChunk]:
@@ -178,20 +168,20 @@ async def test_streams_the_text_as_the_server_writes_it(fake: FakeOpenAI) -> Non
 
 
 async def test_the_cascade_speaks_a_remote_answer_and_cuts_it_at_max_tokens(
-    fake: FakeOpenAI, cascade: list[CascadeExecutor]
+    fake: FakeOpenAI,
 ) -> None:
-    ex = executor(cascade, remote(fake.url("a")))
+    ex = executor(remote(fake.url("a")))
     try:
         chunks = await collect(ex, prompt(max_output_tokens=3))
     finally:
-        await ex.llm.aclose()  # type: ignore[union-attr]
+        await ex.aclose()
     assert "".join(c.text for c in chunks) == "I heard 0"
     assert chunks[-1].finish == "length"
     assert fake.requests[0][1]["max_tokens"] == 3
 
 
-async def test_a_tool_call_round_trips(fake: FakeOpenAI, cascade: list[CascadeExecutor]) -> None:
-    ex = executor(cascade, remote(fake.url("a")))
+async def test_a_tool_call_round_trips(fake: FakeOpenAI) -> None:
+    ex = executor(remote(fake.url("a")))
     try:
         first = await collect(ex, prompt(tools=(TOOL,), tool_choice="lookup_order"))
         calls = [c.function_call for c in first if c.function_call is not None]
@@ -216,7 +206,7 @@ async def test_a_tool_call_round_trips(fake: FakeOpenAI, cascade: list[CascadeEx
         items = (*prompt().items, call, output)
         answer = await collect(ex, prompt("resp_abcdef000002", items=items, tools=(TOOL,)))
     finally:
-        await ex.llm.aclose()  # type: ignore[union-attr]
+        await ex.aclose()
     assert "".join(c.text for c in answer) == "The order tool said shipped."
     assert not any(c.function_call for c in answer)
     assert fake.requests[1][1]["messages"][-1]["role"] == "tool"
@@ -225,9 +215,9 @@ async def test_a_tool_call_round_trips(fake: FakeOpenAI, cascade: list[CascadeEx
 # --- cancellation --------------------------------------------------------------------
 
 
-async def test_an_abort_closes_the_stream(fake: FakeOpenAI, cascade: list[CascadeExecutor]) -> None:
+async def test_an_abort_closes_the_stream(fake: FakeOpenAI) -> None:
     fake.hold()
-    ex = executor(cascade, remote(fake.url("a")))
+    ex = executor(remote(fake.url("a")))
     p = prompt()
     stream = ex.generate(p)
     try:
@@ -244,11 +234,9 @@ async def test_an_abort_closes_the_stream(fake: FakeOpenAI, cascade: list[Cascad
         await ex.aclose()
 
 
-async def test_closing_the_response_closes_the_stream(
-    fake: FakeOpenAI, cascade: list[CascadeExecutor]
-) -> None:
+async def test_closing_the_response_closes_the_stream(fake: FakeOpenAI) -> None:
     fake.hold()
-    ex = executor(cascade, remote(fake.url("a")))
+    ex = executor(remote(fake.url("a")))
     stream = ex.generate(prompt())
     try:
         await fake.release(9)
@@ -260,11 +248,9 @@ async def test_closing_the_response_closes_the_stream(
         await ex.aclose()
 
 
-async def test_an_abort_before_the_first_token_closes_the_stream(
-    fake: FakeOpenAI, cascade: list[CascadeExecutor]
-) -> None:
+async def test_an_abort_before_the_first_token_closes_the_stream(fake: FakeOpenAI) -> None:
     fake.hold()
-    ex = executor(cascade, remote(fake.url("a")))
+    ex = executor(remote(fake.url("a")))
     p = prompt()
     task = asyncio.ensure_future(collect(ex, p))
     try:
@@ -357,11 +343,9 @@ async def test_garbage_is_a_clear_error(fake: FakeOpenAI) -> None:
     assert "sent a malformed event: <html>502 Bad Gateway</html>" in str(caught.value)
 
 
-async def test_a_failure_fails_the_response_and_the_next_one_is_answered(
-    fake: FakeOpenAI, cascade: list[CascadeExecutor]
-) -> None:
+async def test_a_failure_fails_the_response_and_the_next_one_is_answered(fake: FakeOpenAI) -> None:
     url = fake.url("a", "error")
-    ex = executor(cascade, remote(url, retries=0))
+    ex = executor(remote(url, retries=0))
     try:
         with pytest.raises(BackendError, match="HTTP 500"):
             await collect(ex, prompt())
