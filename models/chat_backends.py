@@ -83,14 +83,41 @@ class Replicas:
         self._down_until[url] = self._clock() + self.down_for_s
 
 
-def http_client(
-    *, connect_timeout_s: float, read_timeout_s: float, api_key: str | None
-) -> httpx.AsyncClient:
-    """One pooled client for a backend's replicas; `read_timeout_s` bounds the wait
-    for the answer to start and between its chunks."""
-    timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.AsyncClient(timeout=timeout, headers=headers)
+@dataclass(frozen=True)
+class ServerOptions:
+    urls: tuple[str, ...]  # base URLs, e.g. http://vllm:8000 (with or without /v1)
+    model: str | None = None  # None: the first model the backend lists
+    api_key: str | None = None
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0  # for the answer to start, and between its chunks
+    retries: int = 2  # further attempts before any answer is heard
+    down_for_s: float = 10.0  # a failed backend is passed over this long
+
+
+class Server:
+    """A backend's replicas and one pooled HTTP client for them all, made on first
+    use (inside the event loop that uses it)."""
+
+    def __init__(self, options: ServerOptions, clock: Callable[[], float] = time.monotonic) -> None:
+        self.options = options
+        self.replicas = Replicas(options.urls, options.down_for_s, clock)
+        self._client: httpx.AsyncClient | None = None
+
+    def http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            o = self.options
+            timeout = httpx.Timeout(o.read_timeout_s, connect=o.connect_timeout_s)
+            self._client = httpx.AsyncClient(timeout=timeout, headers=auth_headers(o.api_key))
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def parse_event(url: str, data: str) -> dict[str, Any]:

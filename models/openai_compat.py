@@ -30,7 +30,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import numpy as np
 
 from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
@@ -38,13 +37,13 @@ from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt
 from models.chat_backends import (
     Attempt,
     BackendError,
-    Replicas,
     Retryable,
+    Server,
+    ServerOptions,
     api_base,
     broken,
     check_status,
     event_data,
-    http_client,
     http_failures,
     parse_event,
     session_key,
@@ -69,14 +68,7 @@ OPENAI_AUDIO_RATE = PCM_RATE
 
 
 @dataclass(frozen=True)
-class BackendOptions:
-    urls: tuple[str, ...]  # base URLs, e.g. http://vllm:8000 (with or without /v1)
-    model: str | None = None  # None: the first model the backend lists
-    api_key: str | None = None
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 60.0  # for the answer to start, and between its chunks
-    retries: int = 2  # further attempts before any answer is heard
-    down_for_s: float = 10.0  # a failed backend is passed over this long
+class BackendOptions(ServerOptions):
     max_output_tokens: int = 256
     temperature: float = 0.7
     max_context_tokens: int = 8192  # the backend's context length, for the history
@@ -196,10 +188,10 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         super().__init__(speaker, recognizer=recognizer, owns_tts=owns_tts)
         self.options = options
         self.stats = BackendStats()
-        self.replicas = Replicas(options.urls, options.down_for_s, clock)
+        self.server = Server(options, clock)
+        self.replicas = self.server.replicas
         self._models: dict[str, str] = {}
         self._finish: dict[str, str] = {}  # request id → the backend's finish_reason
-        self._client: httpx.AsyncClient | None = None
 
     # --- backends ---------------------------------------------------------------------
 
@@ -208,21 +200,11 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         before those that failed lately."""
         return self.replicas.order(prompt.session_id or session_key(prompt.request_id))
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            o = self.options
-            self._client = http_client(
-                connect_timeout_s=o.connect_timeout_s,
-                read_timeout_s=o.read_timeout_s,
-                api_key=o.api_key,
-            )
-        return self._client
-
     async def _model(self, url: str) -> str:
         if self.options.model is not None:
             return self.options.model
         if url not in self._models:
-            response = await self._http().get(api_base(url) + "/models")
+            response = await self.server.http().get(api_base(url) + "/models")
             if response.status_code >= 400:
                 raise Retryable(f"backend {url} listed no models (HTTP {response.status_code})")
             listed = response.json().get("data") or []
@@ -370,7 +352,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         with http_failures(attempt, self.options.read_timeout_s):
             body = self.body(prompt, await self._model(url))
             endpoint = api_base(url) + "/chat/completions"
-            async with self._http().stream("POST", endpoint, json=body) as response:
+            async with self.server.http().stream("POST", endpoint, json=body) as response:
                 await check_status(url, response)
                 done = False
                 async for data in event_data(response):
@@ -417,7 +399,5 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         for state in list(self._requests.values()):
             state.aborted = True
             await self._stop_reader(state)
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.server.aclose()
         await super().aclose()

@@ -32,14 +32,15 @@ from models.chat_backends import (
     Attempt,
     BackendError,
     CallParts,
-    Replicas,
     Retryable,
+    Server,
+    ServerOptions,
     api_base,
+    auth_headers,
     broken,
     check_status,
     event_data,
     function_calls,
-    http_client,
     http_failures,
     merge_tool_call_deltas,
     parse_event,
@@ -55,16 +56,9 @@ STAGE = "the cascade's language model (--llm-url)"
 
 
 @dataclass(frozen=True)
-class RemoteLLMOptions:
-    urls: tuple[str, ...]  # replicas' base URLs, e.g. http://vllm:8000/v1
-    model: str | None = None  # None: the first model the backend lists
-    api_key: str | None = None
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 60.0  # for the answer to start, and between its chunks
-    retries: int = 2  # further attempts before any answer is heard
-    down_for_s: float = 10.0  # a failed replica is passed over this long
+class RemoteLLMOptions(ServerOptions):
     temperature: float = 0.7
-    max_context_tokens: int = 4096  # the backend's context length, for the history
+    max_context_tokens: int = 4096  # the server's context length, for the history
 
 
 def text_prompt(prompt: Prompt, transcripts: Mapping[str, str]) -> Prompt:
@@ -121,18 +115,15 @@ class RemoteLanguageModel:
         self.options = options
         self.model = options.model
         self.name = options.model or "remote"
-        self.replicas = Replicas(options.urls, options.down_for_s, clock)
-        self._client: httpx.AsyncClient | None = None
+        self.server = Server(options, clock)
 
     def check(self) -> None:
         """At start: every replica answers `GET /v1/models` and lists the model (or,
         without one named, some model: the first of the first replica's is used).
         Raises ModelMissing naming the stage and the replica. Blocking."""
-        headers = (
-            {"Authorization": f"Bearer {self.options.api_key}"} if self.options.api_key else {}
-        )
-        timeout = httpx.Timeout(self.options.read_timeout_s, connect=self.options.connect_timeout_s)
-        with httpx.Client(timeout=timeout, headers=headers) as client:
+        o = self.options
+        timeout = httpx.Timeout(o.read_timeout_s, connect=o.connect_timeout_s)
+        with httpx.Client(timeout=timeout, headers=auth_headers(o.api_key)) as client:
             for url in self.options.urls:
                 try:
                     response = client.get(api_base(url) + "/models")
@@ -153,16 +144,6 @@ class RemoteLanguageModel:
                         "name a listed model with --llm-model / PARLEY_LLM_MODEL",
                     )
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            o = self.options
-            self._client = http_client(
-                connect_timeout_s=o.connect_timeout_s,
-                read_timeout_s=o.read_timeout_s,
-                api_key=o.api_key,
-            )
-        return self._client
-
     async def reply(
         self, prompt: Prompt, transcripts: Mapping[str, str], *, max_tokens: int
     ) -> AsyncGenerator[str | FunctionCall, None]:
@@ -178,7 +159,7 @@ class RemoteLanguageModel:
         tried: list[str] = []
         failures: list[str] = []
         for number in range(1, self.options.retries + 2):
-            url = self.replicas.pick(key, tried)
+            url = self.server.replicas.pick(key, tried)
             tried.append(url)
             try:
                 attempt = self._attempt(Attempt(url), body, prompt.request_id)
@@ -187,7 +168,7 @@ class RemoteLanguageModel:
                         yield piece
                 return
             except Retryable as exc:
-                self.replicas.mark_down(url)
+                self.server.replicas.mark_down(url)
                 failures.append(str(exc))
                 log.warning("request %s: attempt %d: %s", prompt.request_id, number, exc)
         raise BackendError(
@@ -201,7 +182,7 @@ class RemoteLanguageModel:
         calls: dict[int, CallParts] = {}
         with http_failures(attempt, self.options.read_timeout_s):
             endpoint = api_base(url) + "/chat/completions"
-            async with self._http().stream("POST", endpoint, json=body) as response:
+            async with self.server.http().stream("POST", endpoint, json=body) as response:
                 await check_status(url, response)
                 async for data in event_data(response):
                     if data is None:
@@ -236,6 +217,4 @@ class RemoteLanguageModel:
         )
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.server.aclose()

@@ -22,13 +22,13 @@ import contextlib
 import json
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
 import pytest
 
-from models.base import Prompt
+from models.base import Executor, Prompt
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.remote_llm import RemoteLanguageModel, RemoteLLMOptions
@@ -44,7 +44,7 @@ from models.vllm_engine import VllmExecutor, VllmOptions
 from server.config import ExecutorName
 from tests.support import executor_contract as contract
 from tests.support.executor_contract import FAILURE, Kit
-from tests.support.fake_openai import running_fake_openai
+from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm
 from tests.support.harness import Harness
 
@@ -215,32 +215,11 @@ async def cascade_remote_llm_kit(models: CascadeModels, stack: contextlib.AsyncE
     ex = CascadeExecutor(models.asr, llm, models.tts)
     stack.push_async_callback(llm.aclose)
 
-    async def first_sentence() -> None:
-        await fake.release(9)  # "I heard 0 audio parts in 2 messages." and one more word
-
-    def fail() -> None:
-        fake.behaviour["llm"] = "error"
-
     async def stopped(rid: str, h: Harness) -> None:
         await asyncio.wait_for(fake.stream_closed.wait(), 10)  # the HTTP stream closed
         await h.wait_until(lambda: not ex.running(rid))
 
-    async def free() -> None:
-        fake.behaviour["llm"] = "normal"
-        await fake.free()
-
-    return Kit(
-        ex,
-        fake.hold,
-        first_sentence,
-        free,
-        fail,
-        lambda: len(fake.requests),
-        stopped,
-        failure_text="HTTP 500",
-        recognizes=True,
-        calls_tools=True,
-    )
+    return fake_server_kit(ex, fake, "llm", stopped, recognizes=True)
 
 
 # --- vllm (fake engine) ----------------------------------------------------------------
@@ -283,18 +262,31 @@ async def openai_kit(stack: contextlib.AsyncExitStack) -> Kit:
     speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
     ex = OpenAICompatExecutor(BackendOptions(urls=(url,), retries=0, down_for_s=0), speaker)
 
-    async def first_sentence() -> None:
-        await fake.release(9)  # "I heard 1 audio parts in 2 messages." and one more word
-
-    def fail() -> None:
-        fake.behaviour["backend"] = "error"
-
     async def stopped(rid: str, h: Harness) -> None:
         assert rid in ex.stats.aborted
         await asyncio.wait_for(fake.stream_closed.wait(), 10)  # the HTTP stream closed
 
+    return fake_server_kit(ex, fake, "backend", stopped)
+
+
+def fake_server_kit(
+    ex: Executor,
+    fake: FakeOpenAI,
+    backend: str,
+    stopped: Callable[[str, Harness], Awaitable[None]],
+    *,
+    recognizes: bool = False,
+) -> Kit:
+    """A kit steering an executor whose model is the fake OpenAI server's `backend`."""
+
+    async def first_sentence() -> None:
+        await fake.release(9)  # "I heard N audio parts in 2 messages." and one more word
+
+    def fail() -> None:
+        fake.behaviour[backend] = "error"
+
     async def free() -> None:
-        fake.behaviour["backend"] = "normal"
+        fake.behaviour[backend] = "normal"
         await fake.free()
 
     return Kit(
@@ -306,6 +298,7 @@ async def openai_kit(stack: contextlib.AsyncExitStack) -> Kit:
         lambda: len(fake.requests),
         stopped,
         failure_text="HTTP 500",
+        recognizes=recognizes,
         calls_tools=True,
     )
 

@@ -40,6 +40,18 @@ REPLY = (
 TOOL = Tool("lookup_order", "Looks up an order by its id.", '{"type": "object"}')
 
 
+async def failure(llm: RemoteLanguageModel, got: list[str | FunctionCall] | None = None) -> str:
+    """The error a reply ends in (what came before it into `got`); `llm` closed."""
+    got = [] if got is None else got
+    try:
+        with pytest.raises(BackendError) as caught:
+            async for piece in llm.reply(prompt(), {}, max_tokens=50):
+                got.append(piece)
+    finally:
+        await llm.aclose()
+    return str(caught.value)
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeOpenAI]:
     async with running_fake_openai() as server:
@@ -308,39 +320,21 @@ async def test_a_session_sticks_to_its_replica(fake: FakeOpenAI) -> None:
 
 async def test_a_replica_that_stalls_times_out_with_a_clear_error(fake: FakeOpenAI) -> None:
     url = fake.url("s", "silent")
-    llm = remote(url, read_timeout_s=0.2, retries=1)
-    try:
-        with pytest.raises(BackendError) as caught:
-            await pieces(llm, prompt())
-    finally:
-        await llm.aclose()
-    message = str(caught.value)
+    message = await failure(remote(url, read_timeout_s=0.2, retries=1))
     assert "language model (--llm-url) did not answer after 2 attempts" in message
     assert f"{url} did not answer within 0.2 s" in message
     assert fake.hits("s") == 2
 
 
 async def test_a_stream_that_dies_midway_fails_without_a_retry(fake: FakeOpenAI) -> None:
-    llm = remote(fake.url("d", "dies"), retries=2)
     got: list[str | FunctionCall] = []
-    try:
-        with pytest.raises(BackendError) as caught:
-            async for piece in llm.reply(prompt(), {}, max_tokens=50):
-                got.append(piece)
-    finally:
-        await llm.aclose()
-    assert "in the middle of the answer" in str(caught.value)
+    assert "in the middle of the answer" in await failure(remote(fake.url("d", "dies")), got)
     assert got == ["I", " heard"] and fake.hits("d") == 1
 
 
 async def test_garbage_is_a_clear_error(fake: FakeOpenAI) -> None:
-    llm = remote(fake.url("g", "garbage"))
-    try:
-        with pytest.raises(BackendError) as caught:
-            await pieces(llm, prompt())
-    finally:
-        await llm.aclose()
-    assert "sent a malformed event: <html>502 Bad Gateway</html>" in str(caught.value)
+    message = await failure(remote(fake.url("g", "garbage")))
+    assert "sent a malformed event: <html>502 Bad Gateway</html>" in message
 
 
 async def test_a_failure_fails_the_response_and_the_next_one_is_answered(fake: FakeOpenAI) -> None:
