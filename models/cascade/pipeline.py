@@ -12,6 +12,10 @@ sentences, as they arrive, and each piece is synthesized and sent while the mode
 writes the next.
 Abort stops both within one sentence: the token loop checks the flag every token,
 and no further sentence is synthesized.
+
+The language model may instead be on a server (models/cascade/remote_llm.py): its
+reply is read by a task on the event loop, and an abort cancels that task, which
+closes the HTTP stream at once, even while the server is between tokens.
 """
 
 from __future__ import annotations
