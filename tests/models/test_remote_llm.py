@@ -260,6 +260,19 @@ async def test_closing_the_response_closes_the_stream(fake: FakeOpenAI) -> None:
         await ex.aclose()
 
 
+async def test_the_sentence_limit_closes_the_stream(fake: FakeOpenAI) -> None:
+    fake.hold()
+    ex = CascadeExecutor(NoRecognizer(), remote(fake.url("a")), FliteSynthesizer(), max_sentences=1)
+    try:
+        await fake.release(9)  # the first sentence and the word after it; the rest held
+        chunks = await asyncio.wait_for(collect(ex, prompt()), 10)
+        await asyncio.wait_for(fake.stream_closed.wait(), 10)
+    finally:
+        await ex.aclose()
+    assert [c.text for c in chunks] == ["I heard 0 audio parts in 2 messages."]
+    assert (fake.closed, fake.finished) == (1, 0)
+
+
 async def test_an_abort_before_the_first_token_closes_the_stream(fake: FakeOpenAI) -> None:
     fake.hold()
     ex = executor(remote(fake.url("a")))
