@@ -90,3 +90,13 @@ def installed_models() -> list[ModelInfo]:
         )
     )
     return models
+
+
+def remote_models(llm_url: tuple[str, ...], llm_model: str | None) -> list[ModelInfo]:
+    """The stages set to run on servers (PARLEY_LLM_URL), and where: listed, not
+    contacted."""
+    if not llm_url:
+        return []
+    from models.cascade.remote_llm import RemoteLanguageModel, RemoteLLMOptions
+
+    return [RemoteLanguageModel(RemoteLLMOptions(urls=llm_url, model=llm_model)).describe()]

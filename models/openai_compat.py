@@ -12,11 +12,9 @@ the session lives on. Until the first byte of an answer, a failed attempt (refus
 timed out, 5xx, 429, a stream that died empty) is retried, on the next backend when
 there are several. Once part of an answer was heard it is not retried.
 
-Several backend URLs: each session sticks to one (rendezvous hashing of the session
-over the URLs), so a vLLM replica keeps that conversation's prefix in its cache; a
-backend that failed is passed over for `down_for_s` and its sessions move to their
-next choice. An abort cancels the reading task, which closes the HTTP stream: vLLM
-aborts a request whose stream is closed.
+Several backend URLs: each session sticks to one, and a backend that failed is
+passed over for a while (models/chat_backends.py). An abort cancels the reading
+task, which closes the HTTP stream: vLLM aborts a request whose stream is closed.
 """
 
 from __future__ import annotations
@@ -24,22 +22,38 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import io
-import json
 import logging
-import re
 import time
 import wave
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import numpy as np
 
 from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
 from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt
+from models.chat_backends import (
+    Attempt,
+    BackendError,
+    Retryable,
+    Server,
+    ServerOptions,
+    api_base,
+    broken,
+    check_status,
+    event_data,
+    http_failures,
+    parse_event,
+    session_key,
+)
+
+# Where its tests find them.
+from models.chat_backends import CallParts as _CallParts
+from models.chat_backends import function_calls as function_calls
+from models.chat_backends import merge_tool_call_deltas as merge_tool_call_deltas
+from models.chat_backends import rendezvous as rendezvous
 from models.speech.asr import SpeechRecognizer
 from models.speech.audio import resample_int16
 from models.speech.speaker import Speaker
@@ -53,51 +67,14 @@ log = logging.getLogger(__name__)
 OPENAI_AUDIO_RATE = PCM_RATE
 
 
-class BackendError(RuntimeError):
-    """The model backend failed; the message says which and how."""
-
-
-class _Retryable(BackendError):
-    """Failed before any answer was heard: another attempt may succeed."""
-
-
 @dataclass(frozen=True)
-class BackendOptions:
-    urls: tuple[str, ...]  # base URLs, e.g. http://vllm:8000 (with or without /v1)
-    model: str | None = None  # None: the first model the backend lists
-    api_key: str | None = None
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 60.0  # for the answer to start, and between its chunks
-    retries: int = 2  # further attempts before any answer is heard
-    down_for_s: float = 10.0  # a failed backend is passed over this long
+class BackendOptions(ServerOptions):
     max_output_tokens: int = 256
     temperature: float = 0.7
     max_context_tokens: int = 8192  # the backend's context length, for the history
     max_audio_items: int = 1  # audio parts per request (vLLM: --limit-mm-per-prompt)
     audio_output: bool = False  # ask the backend for speech (vLLM-Omni, OpenAI)
     voice: str = "alloy"
-
-
-def api_base(url: str) -> str:
-    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` alike."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
-
-
-def session_key(request_id: str) -> str:
-    """What all responses of one session share: Parley's ids are a per-session
-    random prefix and a counter (engine/emitter.py), so the id less its counter."""
-    return re.sub(r"\d{6}$", "", request_id) or request_id
-
-
-def rendezvous(key: str, urls: tuple[str, ...]) -> list[str]:
-    """`urls` in this key's order of preference: stable per key, spread over keys,
-    and removing one URL moves only the keys that preferred it."""
-
-    def weight(url: str) -> bytes:
-        return hashlib.sha256(f"{key}|{url}".encode()).digest()
-
-    return sorted(urls, key=weight, reverse=True)
 
 
 def wav_base64(audio: np.ndarray) -> str:
@@ -151,33 +128,14 @@ def chat_tool_choice(choice: str) -> str | dict[str, Any]:
     return {"type": "function", "function": {"name": choice}}
 
 
-@dataclass
-class _CallParts:
-    """A streamed tool call's pieces, as `delta.tool_calls[i]` brings them."""
-
-    call_id: str = ""
-    name: str = ""
-    arguments: str = ""
-
-
-def merge_tool_call_deltas(parts: dict[int, _CallParts], deltas: list[dict[str, Any]]) -> None:
-    """Fold one chunk's `tool_calls` into `parts` by index: the id and name come
-    once, the arguments in pieces (as vLLM's and OpenAI's servers stream them)."""
-    for delta in deltas:
-        part = parts.setdefault(int(delta.get("index", 0)), _CallParts())
-        part.call_id = delta.get("id") or part.call_id
-        function = delta.get("function") or {}
-        part.name = function.get("name") or part.name
-        part.arguments += function.get("arguments") or ""
-
-
-def function_calls(parts: dict[int, _CallParts], request_id: str) -> list[FunctionCall]:
-    """The finished calls in index order; a call the backend gave no id gets one."""
-    return [
-        FunctionCall(p.name, p.arguments or "{}", p.call_id or f"call_{request_id}_{i}")
-        for i, p in sorted(parts.items())
-        if p.name
-    ]
+def chat_tools(prompt: Prompt) -> dict[str, Any]:
+    """The request's `tools` and `tool_choice`; none for `tool_choice` "none"."""
+    if not prompt.tools or prompt.tool_choice == "none":
+        return {}
+    return {
+        "tools": [tool_schema(t) for t in prompt.tools],
+        "tool_choice": chat_tool_choice(prompt.tool_choice),
+    }
 
 
 def decode_audio(data: str) -> np.ndarray:
@@ -230,41 +188,25 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         super().__init__(speaker, recognizer=recognizer, owns_tts=owns_tts)
         self.options = options
         self.stats = BackendStats()
-        self._clock = clock
-        self._down_until: dict[str, float] = {}
+        self.server = Server(options, clock)
+        self.replicas = self.server.replicas
         self._models: dict[str, str] = {}
         self._finish: dict[str, str] = {}  # request id → the backend's finish_reason
-        self._client: httpx.AsyncClient | None = None
 
     # --- backends ---------------------------------------------------------------------
 
     def order(self, prompt: Prompt) -> list[str]:
         """Backends to try for this request: the session's own first, healthy ones
         before those that failed lately."""
-        key = prompt.session_id or session_key(prompt.request_id)
-        preferred = rendezvous(key, self.options.urls)
-        now = self._clock()
-        healthy = [u for u in preferred if self._down_until.get(u, 0.0) <= now]
-        return healthy + [u for u in preferred if u not in healthy]
-
-    def _mark_down(self, url: str) -> None:
-        self._down_until[url] = self._clock() + self.options.down_for_s
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            o = self.options
-            timeout = httpx.Timeout(o.read_timeout_s, connect=o.connect_timeout_s)
-            headers = {"Authorization": f"Bearer {o.api_key}"} if o.api_key else {}
-            self._client = httpx.AsyncClient(timeout=timeout, headers=headers)
-        return self._client
+        return self.replicas.order(prompt.session_id or session_key(prompt.request_id))
 
     async def _model(self, url: str) -> str:
         if self.options.model is not None:
             return self.options.model
         if url not in self._models:
-            response = await self._http().get(api_base(url) + "/models")
+            response = await self.server.http().get(api_base(url) + "/models")
             if response.status_code >= 400:
-                raise _Retryable(f"backend {url} listed no models (HTTP {response.status_code})")
+                raise Retryable(f"backend {url} listed no models (HTTP {response.status_code})")
             listed = response.json().get("data") or []
             if not listed:
                 raise BackendError(f"backend {url} serves no model")
@@ -291,9 +233,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             "max_tokens": limit,
             "temperature": o.temperature,
         }
-        if prompt.tools and prompt.tool_choice != "none":
-            body["tools"] = [tool_schema(t) for t in prompt.tools]
-            body["tool_choice"] = chat_tool_choice(prompt.tool_choice)
+        body |= chat_tools(prompt)
         if o.audio_output and "audio" in prompt.output_modalities:
             body["modalities"] = ["text", "audio"]
             body["audio"] = {"voice": o.voice, "format": "pcm16"}
@@ -383,9 +323,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         try:
             tried: list[str] = []
             for attempt in range(attempts):
-                order = self.order(prompt)
-                untried = [u for u in order if u not in tried]
-                url = untried[0] if untried else order[attempt % len(order)]
+                url = self.replicas.pick(prompt.session_id or session_key(request_id), tried)
                 tried.append(url)
                 state.backend = url
                 self.stats.chosen[request_id] = url
@@ -394,8 +332,8 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                     await self._attempt(url, prompt, state)
                     state.queue.put_nowait(None)
                     return
-                except _Retryable as exc:
-                    self._mark_down(url)
+                except Retryable as exc:
+                    self.replicas.mark_down(url)
                     failures.append(str(exc))
                     log.warning("request %s: attempt %d: %s", request_id, attempt + 1, exc)
             raise BackendError(
@@ -408,62 +346,35 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             state.queue.put_nowait(exc)
 
     async def _attempt(self, url: str, prompt: Prompt, state: _Request) -> None:
-        """One request to one backend. Raises _Retryable while nothing was heard."""
-        heard = False
+        """One request to one backend. Raises Retryable while nothing was heard."""
+        attempt = Attempt(url)
         state.calls.clear()  # a retry starts the reply over
-        try:
+        with http_failures(attempt, self.options.read_timeout_s):
             body = self.body(prompt, await self._model(url))
             endpoint = api_base(url) + "/chat/completions"
-            async with self._http().stream("POST", endpoint, json=body) as response:
-                if response.status_code >= 400:
-                    text = (await response.aread())[:500].decode(errors="replace")
-                    message = f"backend {url} answered HTTP {response.status_code}: {text}"
-                    if response.status_code >= 500 or response.status_code == 429:
-                        raise _Retryable(message)
-                    raise BackendError(message)
+            async with self.server.http().stream("POST", endpoint, json=body) as response:
+                await check_status(url, response)
                 done = False
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
+                async for data in event_data(response):
+                    if data is None:
                         done = True
                         break
                     delta = self._parse(url, data, prompt.request_id, state)
                     if delta is None:
                         continue
-                    heard = heard or bool(state.calls)  # a call begun: no retry elsewhere
+                    # A call begun: no retry elsewhere.
+                    attempt.heard = attempt.heard or bool(state.calls)
                     if delta.text or delta.audio is not None:
-                        heard = True
+                        attempt.heard = True
                         self.stats.mark(prompt.request_id, "first_token")
                         state.queue.put_nowait(delta)
                 if not done:
-                    raise self._broken(url, heard, "closed the stream before the answer ended")
+                    raise broken(url, attempt.heard, "closed the stream before the answer ended")
                 if calls := function_calls(state.calls, prompt.request_id):
                     state.queue.put_nowait(_Delta(calls=calls))
-        except httpx.ConnectError as exc:
-            raise _Retryable(f"backend {url} refused the connection ({exc})") from None
-        except httpx.TimeoutException:
-            what = "did not answer" if not heard else "stopped answering"
-            wait = self.options.read_timeout_s
-            raise self._broken(url, heard, f"{what} within {wait:g} s") from None
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise self._broken(url, heard, f"broke the connection ({exc})") from None
-
-    @staticmethod
-    def _broken(url: str, heard: bool, what: str) -> BackendError:
-        if heard:
-            return BackendError(f"backend {url} {what}, in the middle of the answer")
-        return _Retryable(f"backend {url} {what}")
 
     def _parse(self, url: str, data: str, request_id: str, state: _Request) -> _Delta | None:
-        try:
-            event = json.loads(data)
-        except json.JSONDecodeError:
-            raise BackendError(f"backend {url} sent a malformed event: {data[:200]}") from None
-        if error := event.get("error"):
-            message = error.get("message") if isinstance(error, dict) else error
-            raise BackendError(f"backend {url} reported an error: {message}")
+        event = parse_event(url, data)
         choices = event.get("choices") or []
         if not choices:
             return None  # the usage event
@@ -488,7 +399,5 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         for state in list(self._requests.values()):
             state.aborted = True
             await self._stop_reader(state)
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.server.aclose()
         await super().aclose()

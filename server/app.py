@@ -72,6 +72,10 @@ def make_executor(settings: Settings) -> Executor:
             CascadeOptions(
                 **voice,
                 llm_model=settings.llm_model,
+                llm_url=tuple(settings.llm_url),
+                llm_api_key=settings.llm_api_key,
+                llm_timeout_s=settings.llm_timeout_s,
+                llm_context_tokens=settings.max_model_len,
                 max_output_tokens=settings.max_output_tokens,
                 max_sentences=settings.max_sentences,
             )

@@ -67,6 +67,7 @@ _FLAGS = (
     "gpu_memory_utilization",
     "max_model_len",
     "backend_url",
+    "llm_url",
     "drain_timeout_s",
     "allow_no_keys",
     "asr_url",
@@ -101,7 +102,19 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--asr-model", help="tiny.en (default), base, or a CTranslate2 Whisper directory"
     )
-    serve.add_argument("--llm-model", help="a Llama, Qwen2 or Gemma .gguf (default: SmolLM2-135M)")
+    serve.add_argument(
+        "--llm-model",
+        help="a Llama, Qwen2 or Gemma .gguf (default: SmolLM2-135M); with --llm-url, the "
+        "served model's name (default: the first the server lists) (PARLEY_LLM_MODEL)",
+    )
+    serve.add_argument(
+        "--llm-url",
+        action="append",
+        metavar="URL",
+        help="cascade: the language model on an OpenAI-compatible chat completions server, "
+        "e.g. http://vllm:8000/v1; repeat for replicas, each session sticks to one "
+        "(PARLEY_LLM_URL=url1,url2; default: the embedded GGUF)",
+    )
     serve.add_argument("--tts-engine", choices=get_args(TtsEngineName), help="default auto")
     serve.add_argument("--tts-voice", help="a Piper VOICE.onnx (VOICE.onnx.json beside it)")
     serve.add_argument(
@@ -341,13 +354,15 @@ def worker_app() -> Any:
 
 
 def print_models() -> int:
-    from models.inventory import installed_models
+    from models.inventory import installed_models, remote_models
     from models.remote_http import describe_remote
     from server.remote_stages import remote_speech
 
-    rows = installed_models()
+    settings = Settings()
+    model = None if settings.llm_model is None else str(settings.llm_model)
+    rows = installed_models() + remote_models(tuple(settings.llm_url), model)
     # The remote speech stages configured (PARLEY_ASR_URL, PARLEY_TTS_URL): where they run.
-    asr, tts = remote_speech(Settings())
+    asr, tts = remote_speech(settings)
     if asr is not None:
         rows.append(describe_remote("asr", asr, "/v1/audio/transcriptions"))
     if tts is not None:

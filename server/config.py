@@ -209,6 +209,15 @@ class Settings(BaseSettings):
     # (cascade, vllm, openai_compat). Off by default: on 2 shared cores the transcript
     # came too late to change the espeak results (docs/turn-taking.md).
     text_end_of_turn: bool = False
+    # The cascade's language model on OpenAI-compatible chat completions servers
+    # (vLLM, SGLang, llama.cpp's server, Ollama) instead of the embedded GGUF, for a
+    # stronger text model on GPUs: PARLEY_LLM_URL=url1,url2 (replicas; each session
+    # sticks to one), its bearer key, and how long it may take to start answering and
+    # between chunks (seconds). The model is PARLEY_LLM_MODEL (default: the first the
+    # server lists), its context PARLEY_MAX_MODEL_LEN. Default: none, the embedded GGUF.
+    llm_url: Annotated[list[str], NoDecode] = []
+    llm_api_key: str | None = None
+    llm_timeout_s: float = Field(default=60.0, gt=0)
 
     # --- remote speech stages (docs/deploy.md, "Remote speech stages") ---
     # Speech recognition on OpenAI-compatible servers (POST /v1/audio/transcriptions:
@@ -241,6 +250,7 @@ class Settings(BaseSettings):
     @field_validator(
         "api_keys",
         "backend_url",
+        "llm_url",
         "ice_servers",
         "mcp_allowed_origins",
         "allowed_origins",

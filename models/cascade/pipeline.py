@@ -12,6 +12,10 @@ sentences, as they arrive, and each piece is synthesized and sent while the mode
 writes the next.
 Abort stops both within one sentence: the token loop checks the flag every token,
 and no further sentence is synthesized.
+
+The language model may instead be on a server (models/cascade/remote_llm.py): its
+reply is read by a task on the event loop, and an abort cancels that task, which
+closes the HTTP stream at once, even while the server is between tokens.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from models.base import PCM_RATE, ExecutorStats, FunctionCall, OutputChunk, Prompt, PromptItem
 from models.cascade.llm import LanguageModel
+from models.cascade.remote_llm import RemoteLanguageModel
 from models.cascade.text import ChatMessage, chat_messages, spoken_end
 from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
@@ -35,6 +40,27 @@ from models.speech.tts import Synthesizer
 from models.tool_text import CallSplitter, hermes_calls, said_before_call
 
 log = logging.getLogger(__name__)
+
+_Put = Callable[[str | BaseException | None], None]
+# Starts the model on a reply: its pieces, then an error or None, go to `put`.
+_Producer = Callable[[_Put], Awaitable[None]]
+
+
+@dataclass
+class _Reply:
+    """A reply as it is written, and where its spoken answer ends."""
+
+    max_sentences: int  # 0: no limit
+    text: str = ""
+
+    def add(self, piece: str) -> tuple[str, bool]:
+        """What of `piece` is said, and whether the answer ends with it."""
+        self.text += piece
+        end = spoken_end(self.text, self.max_sentences) if self.max_sentences else None
+        if end is None:
+            return piece, False
+        # Long enough to hear: the rest is not written.
+        return piece[: len(piece) - (len(self.text) - end)], True
 
 
 @dataclass
@@ -60,7 +86,7 @@ class CascadeExecutor(SpeculatingExecutor):
     def __init__(
         self,
         asr: SpeechRecognizer,
-        llm: LanguageModel,
+        llm: LanguageModel | RemoteLanguageModel,
         tts: Synthesizer,
         *,
         concurrency: int = 1,
@@ -82,6 +108,7 @@ class CascadeExecutor(SpeculatingExecutor):
         )
         super().__init__(transcripts, self._answer_early, self.abort)
         self._aborts: dict[str, threading.Event] = {}
+        self._readers: dict[str, asyncio.Future[None]] = {}  # remote models' streams
 
     @property
     def queued(self) -> int:
@@ -138,13 +165,21 @@ class CascadeExecutor(SpeculatingExecutor):
             for item in prompt.items:
                 if item.role == "user" and item.text is None:
                     await self.transcribe(item)  # normally done already by prepare
-            calling = self.llm.calls_tools and prompt.tool_choice != "none"
-            tools = prompt.tools if calling else ()
-            messages = chat_messages(
-                prompt, self.transcripts.known, tools=tools, tool_choice=prompt.tool_choice
-            )
-            splitter = CallSplitter()
             limit = min(prompt.max_output_tokens or self.max_output_tokens, self.max_output_tokens)
+            splitter = CallSplitter()
+            native: list[FunctionCall] = []  # a remote model's, assembled by its server
+            if isinstance(self.llm, RemoteLanguageModel):
+                pieces = self._pieces(prompt.request_id, stop, self._remote(prompt, limit, native))
+            else:
+                calling = self.llm.calls_tools and prompt.tool_choice != "none"
+                tools = prompt.tools if calling else ()
+                messages = chat_messages(
+                    prompt, self.transcripts.known, tools=tools, tool_choice=prompt.tool_choice
+                )
+                run = self._thread(self.llm, prompt.request_id, messages, limit, stop)
+                pieces = self._pieces(prompt.request_id, stop, run)
+                if tools:
+                    pieces = said_before_call(pieces, splitter)
             speak = "audio" in prompt.output_modalities
             outcome = SpeakOutcome()
 
@@ -156,9 +191,8 @@ class CascadeExecutor(SpeculatingExecutor):
 
             # Closed explicitly so that, however this stream ends, the token thread
             # has stopped before the request counts as finished.
-            pieces = self._pieces(prompt.request_id, messages, limit, stop)
             spoken = speak_text(
-                said_before_call(pieces, splitter) if tools else pieces,
+                pieces,
                 self.speaker,
                 speak=speak,
                 stopped=stop.is_set,
@@ -171,10 +205,14 @@ class CascadeExecutor(SpeculatingExecutor):
                     yield chunk
             if outcome.stopped:
                 return
-            calls = hermes_calls(splitter.held) if splitter.calling else []
-            for i, (name, arguments) in enumerate(calls):  # after what was said before
-                call_id = f"call_{prompt.request_id}_{i}"
-                yield OutputChunk(function_call=FunctionCall(name, arguments, call_id))
+            calls = native or [
+                FunctionCall(name, arguments, f"call_{prompt.request_id}_{i}")
+                for i, (name, arguments) in enumerate(
+                    hermes_calls(splitter.held) if splitter.calling else []
+                )
+            ]
+            for call in calls:  # after what was said before
+                yield OutputChunk(function_call=call)
             if not calls and self.stats.tokens_by_request.get(prompt.request_id, 0) >= limit:
                 yield OutputChunk(finish="length")  # cut at max_output_tokens
         finally:
@@ -182,23 +220,19 @@ class CascadeExecutor(SpeculatingExecutor):
             self._aborts.pop(prompt.request_id, None)
 
     async def _pieces(
-        self, request_id: str, messages: list[ChatMessage], limit: int, stop: threading.Event
+        self, request_id: str, stop: threading.Event, produce: _Producer
     ) -> AsyncGenerator[str, None]:
-        """The model's reply as it is written, from its worker thread."""
-        loop = asyncio.get_running_loop()
+        """The model's reply as it is written, from its worker thread or (a remote
+        model) its reading task."""
         pieces: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
-
-        def run() -> None:
-            try:
-                for piece in self._tokens(request_id, messages, limit, stop):
-                    loop.call_soon_threadsafe(pieces.put_nowait, piece)
-            except BaseException as exc:  # reported to the consumer
-                loop.call_soon_threadsafe(pieces.put_nowait, exc)
-            finally:
-                loop.call_soon_threadsafe(pieces.put_nowait, None)
-
         async with self.slots["llm"].slot():
-            worker = loop.run_in_executor(None, run)
+            if stop.is_set():
+                return  # aborted while waiting for the model
+            worker = asyncio.ensure_future(produce(pieces.put_nowait))
+            # The end, however the worker ends (even cancelled before it ran).
+            worker.add_done_callback(lambda _: pieces.put_nowait(None))
+            if isinstance(self.llm, RemoteLanguageModel):
+                self._readers[request_id] = worker  # an abort cancels it
             ended = False
             try:
                 while (piece := await pieces.get()) is not None:
@@ -208,40 +242,94 @@ class CascadeExecutor(SpeculatingExecutor):
                 ended = True
             finally:
                 if not ended:
-                    # Closed early or failed: stop the model thread. (Not after a whole
+                    # Closed early or failed: stop the model. (Not after a whole
                     # reply: its last sentence is still to be spoken.)
                     stop.set()
-                await asyncio.shield(worker)
+                    if self._readers.get(request_id) is worker:
+                        worker.cancel()
+                self._readers.pop(request_id, None)
+                await asyncio.wait([worker])  # never raises: the worker reported its end
 
-    def _tokens(
-        self, request_id: str, messages: list[ChatMessage], limit: int, stop: threading.Event
-    ) -> Iterator[str]:
+    def _thread(
+        self,
+        llm: LanguageModel,
+        request_id: str,
+        messages: list[ChatMessage],
+        limit: int,
+        stop: threading.Event,
+    ) -> _Producer:
+        """An embedded model's reply, written in a worker thread."""
+
+        async def produce(put: _Put) -> None:
+            loop = asyncio.get_running_loop()
+
+            def run() -> None:
+                try:
+                    reply = _Reply(self.max_sentences)
+                    for piece in llm.stream(messages, max_tokens=limit, stop=stop):
+                        if stop.is_set():
+                            return  # made after the abort: not part of the answer
+                        said, ended = self._take(request_id, reply, piece)
+                        if said:
+                            loop.call_soon_threadsafe(put, said)
+                        if ended:
+                            return  # closing the model's stream stops it
+                except BaseException as exc:  # reported to the consumer
+                    loop.call_soon_threadsafe(put, exc)
+
+            await loop.run_in_executor(None, run)
+
+        return produce
+
+    def _remote(self, prompt: Prompt, limit: int, calls: list[FunctionCall]) -> _Producer:
+        """A remote model's reply, read on the event loop; its calls into `calls`.
+        Cancelling it (an abort) closes the HTTP stream."""
+        assert isinstance(self.llm, RemoteLanguageModel)
+        llm = self.llm
+
+        async def produce(put: _Put) -> None:
+            reply = _Reply(self.max_sentences)
+            stream = llm.reply(prompt, self.transcripts.known, max_tokens=limit)
+            try:
+                async with contextlib.aclosing(stream):
+                    async for piece in stream:
+                        if isinstance(piece, FunctionCall):
+                            calls.append(piece)
+                            continue
+                        said, ended = self._take(prompt.request_id, reply, piece)
+                        if said:
+                            put(said)
+                        if ended:
+                            return  # leaving closes the stream: the server stops
+            except asyncio.CancelledError:
+                pass  # aborted: the stream is closed
+            except Exception as exc:  # reported to the consumer
+                put(exc)
+
+        return produce
+
+    def _take(self, request_id: str, reply: _Reply, piece: str) -> tuple[str, bool]:
+        """Counts a token of the reply; what of it is said, and whether it ends it."""
         counts = self.stats.tokens_by_request
-        text = ""
-        for piece in self.llm.stream(messages, max_tokens=limit, stop=stop):
-            if stop.is_set():
-                return  # made after the abort: not part of the answer
-            self.stats.tokens += 1
-            counts[request_id] = counts.get(request_id, 0) + 1
-            self.stats.mark(request_id, "first_token")
-            text += piece
-            end = spoken_end(text, self.max_sentences) if self.max_sentences else None
-            if end is not None:
-                # Long enough to hear: the rest is not written (closing the model's
-                # stream stops it).
-                if said := piece[: len(piece) - (len(text) - end)]:
-                    yield said
-                return
-            yield piece
+        self.stats.tokens += 1
+        counts[request_id] = counts.get(request_id, 0) + 1
+        self.stats.mark(request_id, "first_token")
+        return reply.add(piece)
 
     async def abort(self, request_id: str) -> None:
-        event = self._aborts.get(self.responses.resolve(request_id))
+        model_id = self.responses.resolve(request_id)
+        event = self._aborts.get(model_id)
         if event is not None:
             event.set()
+        if (reader := self._readers.get(model_id)) is not None:
+            reader.cancel()  # a remote model's: closes its stream now
 
     async def aclose(self) -> None:
         await self.responses.aclose()
         for event in self._aborts.values():
             event.set()
         await asyncio.to_thread(self.tts.close)
-        await asyncio.to_thread(self.llm.close)
+        if isinstance(self.llm, RemoteLanguageModel):
+            await self.llm.aclose()
+        else:
+            await asyncio.to_thread(self.llm.close)

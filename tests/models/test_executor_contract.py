@@ -6,7 +6,9 @@ yet, tools kept and a spoken answer), each driven through an in-process Session.
 - cascade: the embedded pipeline with its real models (loaded once per module); a
   scripted story stands in for the language model where a scene needs it held;
 - vllm: the vllm executor over the protocol-level fake of AsyncLLM;
-- openai_compat: the HTTP executor against the local fake OpenAI server.
+- openai_compat: the HTTP executor against the local fake OpenAI server;
+- cascade_remote_llm: the cascade with its language model on the fake OpenAI server
+  (models/cascade/remote_llm.py), Whisper and Piper embedded.
 
 Each kit can hold the model before its first token, let exactly the first sentence
 out, and make the next request fail; a scene waits on those gates, and on real
@@ -20,15 +22,16 @@ import contextlib
 import json
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
 import pytest
 
-from models.base import Prompt
+from models.base import Executor, Prompt
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
+from models.cascade.remote_llm import RemoteLanguageModel, RemoteLLMOptions
 from models.cascade.text import ChatMessage
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
 from models.remote_http import RemoteOptions
@@ -44,13 +47,14 @@ from models.vllm_engine import VllmExecutor, VllmOptions
 from server.config import ExecutorName
 from tests.support import executor_contract as contract
 from tests.support.executor_contract import FAILURE, Kit
-from tests.support.fake_openai import running_fake_openai
+from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 from tests.support.fake_speech import running_fake_speech
 from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm
 from tests.support.harness import Harness
 
-# Beside each executor: the cascade with its speech stages on remote servers.
-KINDS = ["scripted", "cascade", "cascade_remote_speech", "vllm", "openai_compat"]
+KINDS = ["scripted", "cascade", "vllm", "openai_compat"]
+# Executors in a second shape: the cascade with a stage on a server.
+SHAPES = ["cascade_remote_speech", "cascade_remote_llm"]
 
 
 # --- scripted ------------------------------------------------------------------------
@@ -222,6 +226,20 @@ async def cascade_remote_speech_kit(models: CascadeModels, stack: contextlib.Asy
     return cascade_kit(models, asr=asr, tts=tts)
 
 
+async def cascade_remote_llm_kit(models: CascadeModels, stack: contextlib.AsyncExitStack) -> Kit:
+    fake = await stack.enter_async_context(running_fake_openai())
+    options = RemoteLLMOptions(urls=(fake.url("llm"),), model="model-llm", retries=0)
+    llm = RemoteLanguageModel(options)
+    ex = CascadeExecutor(models.asr, llm, models.tts)
+    stack.push_async_callback(llm.aclose)
+
+    async def stopped(rid: str, h: Harness) -> None:
+        await asyncio.wait_for(fake.stream_closed.wait(), 10)  # the HTTP stream closed
+        await h.wait_until(lambda: not ex.running(rid))
+
+    return fake_server_kit(ex, fake, "llm", stopped, recognizes=True)
+
+
 # --- vllm (fake engine) ----------------------------------------------------------------
 
 
@@ -262,18 +280,31 @@ async def openai_kit(stack: contextlib.AsyncExitStack) -> Kit:
     speaker = Speaker(FliteSynthesizer(), StageSlots("tts", 1))
     ex = OpenAICompatExecutor(BackendOptions(urls=(url,), retries=0, down_for_s=0), speaker)
 
-    async def first_sentence() -> None:
-        await fake.release(9)  # "I heard 1 audio parts in 2 messages." and one more word
-
-    def fail() -> None:
-        fake.behaviour["backend"] = "error"
-
     async def stopped(rid: str, h: Harness) -> None:
         assert rid in ex.stats.aborted
         await asyncio.wait_for(fake.stream_closed.wait(), 10)  # the HTTP stream closed
 
+    return fake_server_kit(ex, fake, "backend", stopped)
+
+
+def fake_server_kit(
+    ex: Executor,
+    fake: FakeOpenAI,
+    backend: str,
+    stopped: Callable[[str, Harness], Awaitable[None]],
+    *,
+    recognizes: bool = False,
+) -> Kit:
+    """A kit steering an executor whose model is the fake OpenAI server's `backend`."""
+
+    async def first_sentence() -> None:
+        await fake.release(9)  # "I heard N audio parts in 2 messages." and one more word
+
+    def fail() -> None:
+        fake.behaviour[backend] = "error"
+
     async def free() -> None:
-        fake.behaviour["backend"] = "normal"
+        fake.behaviour[backend] = "normal"
         await fake.free()
 
     return Kit(
@@ -285,11 +316,12 @@ async def openai_kit(stack: contextlib.AsyncExitStack) -> Kit:
         lambda: len(fake.requests),
         stopped,
         failure_text="HTTP 500",
+        recognizes=recognizes,
         calls_tools=True,
     )
 
 
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=KINDS + SHAPES)
 async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
     async with contextlib.AsyncExitStack() as stack:
         kind = request.param
@@ -300,6 +332,8 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
         elif kind == "cascade_remote_speech":
             models = request.getfixturevalue("cascade_models")
             made = await cascade_remote_speech_kit(models, stack)
+        elif kind == "cascade_remote_llm":
+            made = await cascade_remote_llm_kit(request.getfixturevalue("cascade_models"), stack)
         elif kind == "vllm":
             made = await vllm_kit()
         else:
@@ -330,4 +364,4 @@ async def test_the_cascade_with_a_model_that_calls_tools_round_trips(
 
 
 def test_every_executor_is_in_the_contract() -> None:
-    assert set(get_args(ExecutorName)) <= set(KINDS)
+    assert set(get_args(ExecutorName)) == set(KINDS)

@@ -7,6 +7,7 @@ paths, each a "backend" with its own behaviour (`http://127.0.0.1:PORT/NAME`):
 - silent: accepts the request and never answers;
 - error: HTTP 500 with an error body;
 - audio: streams pcm16 audio deltas with their transcript (as vLLM-Omni/OpenAI).
+- garbage: answers 200 with an event stream whose data is not JSON.
 
 With `tools` and a `tool_choice` that names a function (or is `required`), any
 backend calls it instead, streaming `tool_calls` deltas as vLLM's OpenAI server does
@@ -99,6 +100,7 @@ class FakeOpenAI(Throttled):
     finished: int = 0
     never: asyncio.Event = field(default_factory=asyncio.Event)
     stream_closed: asyncio.Event = field(default_factory=asyncio.Event)  # `closed` went up
+    requested: asyncio.Event = field(default_factory=asyncio.Event)  # a request came in
 
     def url(self, name: str, behaviour: str = "normal") -> str:
         self.behaviour.setdefault(name, behaviour)
@@ -119,6 +121,7 @@ class FakeOpenAI(Throttled):
         async def chat(name: str, request: Request) -> Any:
             body = await request.json()
             self.requests.append((name, body))
+            self.requested.set()
             behaviour = self.behaviour.get(name, "normal")
             if behaviour == "silent":
                 await self.never.wait()
@@ -130,6 +133,9 @@ class FakeOpenAI(Throttled):
         return app
 
     async def _stream(self, body: dict[str, Any], behaviour: str) -> AsyncIterator[str]:
+        if behaviour == "garbage":
+            yield "data: <html>502 Bad Gateway</html>\n\n"
+            return
         if (tool := forced_tool(body)) is not None:
             for chunk in tool_call_chunks(tool):
                 await self.permit()
