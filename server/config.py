@@ -206,8 +206,9 @@ class Settings(BaseSettings):
     # semantic_vad also reads the words of a pause: the bundled SmolLM2 scores the
     # speculative transcript and its score moves Smart Turn's (engine/turn_fusion.py).
     # Costs ~60 ms of one core per pause and needs the executor's own recognizer
-    # (cascade, vllm, openai_compat). Off by default: on 2 shared cores the transcript
-    # came too late to change the espeak results (docs/turn-taking.md).
+    # (cascade, vllm, openai_compat). Off by default: on recorded voices it kept no
+    # more hesitations whole and, waiting for the words, ended sure turns 200-350 ms
+    # later (docs/turn-taking.md, "Reading the words").
     text_end_of_turn: bool = False
     # The cascade's language model on OpenAI-compatible chat completions servers
     # (vLLM, SGLang, llama.cpp's server, Ollama) instead of the embedded GGUF, for a
