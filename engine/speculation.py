@@ -14,16 +14,18 @@ from enum import Enum
 
 from models.base import Executor, PromptItem
 
-# server_vad: silence in a turn after which the model begins on it (its 500 ms window
-# then still has 300 ms to run). semantic_vad begins where it first scores a pause
-# (its curve's candidate_pause_ms), since a confident score ends the turn soon after.
-SPECULATE_AFTER_MS = 200
+# server_vad: silence in a turn after which the model begins on it, as semantic_vad
+# does where it first scores a pause (its curve's candidate_pause_ms, also 120 ms).
+SPECULATE_AFTER_MS = 120
 # server_vad: the answer begins this long before the silence window ends the turn
-# (and not before speculation does): about what the language model and the voice take
-# to the first audio on the development host (~470 ms), less what is left of the
-# recognition. A longer window than the default waits longer before answering, so a
-# user who pauses on purpose costs no answer thrown away.
-ANSWER_LEAD_MS = 300
+# (and not before speculation does): with the default 500 ms window, at the
+# speculation. On the development host (2 cores, the embedded cascade) recognition
+# (~170 ms), the first token (~70) and the first clause's voice (~330) take ~570 ms, so
+# the first audio is ready about when the window ends: voice to voice p50 789 ms at
+# 120 ms, 879 at 200 (bench/voice_to_voice.py, docs/performance.md). A longer window
+# waits longer before answering, so a user who pauses on purpose costs no answer
+# thrown away.
+ANSWER_LEAD_MS = 380
 # A turn longer than this is not speculated on. Speculative recognition runs on the
 # recognizer every session shares and, once begun, to its end even when the user goes
 # on; so one session's speculation costs the others at most one call over this much

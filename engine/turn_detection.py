@@ -114,7 +114,7 @@ class TurnDetection:
         when speech resumes. With server_vad the answer may begin ANSWER_LEAD_MS
         before its window ends the turn (`answer_early_due`): no score will ever say
         the pause looks final, and unless the user goes on the language model and
-        the voice begin in those 300 ms instead of after them."""
+        the voice begin in the window instead of after it."""
         detector = self.detector
         semantic = detector if isinstance(detector, SemanticTurnDetector) else None
         self.scoring.keep_only(semantic.pending_pause if semantic else None)

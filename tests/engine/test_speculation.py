@@ -195,14 +195,14 @@ async def test_server_vad_begins_the_answer_in_its_window_and_the_commit_adopts_
 
 
 async def test_a_longer_window_answers_early_only_near_its_end() -> None:
-    """A 1000 ms window: a 500 ms pause begins the speculation but no answer (that
-    waits until 700 ms); the final pause begins one."""
+    """A 1000 ms window: a 400 ms pause begins the speculation but no answer (that
+    waits until 620 ms); the final pause begins one."""
     executor = Recording()
     async with Harness(executor) as h:
         await h.send(server_vad(1000))
         await h.settle()
         speech = load_wav("weather")
-        await append_chunked(h, np.concatenate([silence(300), speech, silence(500)]))
+        await append_chunked(h, np.concatenate([silence(300), speech, silence(400)]))
         await h.settle()
         assert [hook for hook, _, _ in executor.calls] == ["prepare_early"]
         assert executor.responses == []
