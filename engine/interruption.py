@@ -111,7 +111,8 @@ ONE_VOICE_KURTOSIS = 7.0
 # kurtosis, chosen by replaying the espeak and recorded sets offline
 # (`python -m bench.turns.crowd`, docs/turn-taking.md): five espeak talkers at once
 # stay below it (two bursts in twenty qualify, as with the kurtosis alone), recorded
-# sentences qualify at 320/800 ms of speech (p50/p90) instead of 800/1984.
+# sentences qualify at 460/800 ms of speech (p50/p90) instead of 800/1984. It counts
+# only over 400 ms of held speech or more (engine/held_speech.py, CLARITY_LEAST).
 ONE_VOICE_CLARITY = 0.8
 # A Gaussian's kurtosis. Speech is above it, and so is any sum of independent talkers
 # and noise (the excess kurtosis of a sum is a weighted mean of its parts'): below it
