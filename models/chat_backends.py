@@ -16,7 +16,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -54,6 +54,24 @@ def rendezvous(key: str, urls: tuple[str, ...]) -> list[str]:
     return sorted(urls, key=weight, reverse=True)
 
 
+@dataclass
+class Cooldown:
+    """Replicas that failed lately, each passed over for `down_for_s` after its last
+    failure (every remote client's: the chat backends here, the speech stages of
+    models/remote_http.py). Its state is one dict, each entry read or written whole."""
+
+    down_for_s: float
+    clock: Callable[[], float] = time.monotonic
+    _until: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, url: str) -> None:
+        self._until[url] = self.clock() + self.down_for_s
+
+    def down(self) -> set[str]:
+        now = self.clock()
+        return {u for u, until in self._until.items() if until > now}
+
+
 class Replicas:
     """The replicas of one backend, each session's preferred first, those that
     failed lately last."""
@@ -62,15 +80,13 @@ class Replicas:
         self, urls: tuple[str, ...], down_for_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.urls = urls
-        self.down_for_s = down_for_s
-        self._clock = clock
-        self._down_until: dict[str, float] = {}
+        self._cooldown = Cooldown(down_for_s, clock)
 
     def order(self, key: str) -> list[str]:
         preferred = rendezvous(key, self.urls)
-        now = self._clock()
-        healthy = [u for u in preferred if self._down_until.get(u, 0.0) <= now]
-        return healthy + [u for u in preferred if u not in healthy]
+        down = self._cooldown.down()
+        healthy = [u for u in preferred if u not in down]
+        return healthy + [u for u in preferred if u in down]
 
     def pick(self, key: str, tried: list[str]) -> str:
         """The replica for the next attempt: one not tried yet while there is one,
@@ -80,7 +96,7 @@ class Replicas:
         return untried[0] if untried else order[len(tried) % len(order)]
 
     def mark_down(self, url: str) -> None:
-        self._down_until[url] = self._clock() + self.down_for_s
+        self._cooldown.mark(url)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from models.chat_backends import Cooldown, api_base, auth_headers
 from models.errors import ModelMissing
 from models.speech.files import ModelInfo
 
@@ -49,16 +50,10 @@ class RemoteOptions:
         return httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s)
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return auth_headers(self.api_key)
 
     def limits(self) -> httpx.Limits:
         return httpx.Limits(max_connections=self.max_connections)
-
-
-def api_base(url: str) -> str:
-    """`http://host:8000`, `http://host:8000/` and `http://host:8000/v1` alike."""
-    url = url.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
 
 
 def attempt_order(urls: tuple[str, ...], start: int, down: set[str]) -> list[str]:
@@ -75,19 +70,19 @@ class Replicas:
 
     options: RemoteOptions
     clock: Callable[[], float] = time.monotonic
-    _down_until: dict[str, float] = field(default_factory=dict)
     _next: Iterator[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        self._cooldown = Cooldown(self.options.down_for_s, self.clock)
 
     def attempts(self) -> Attempts:
         """The attempts of one request, up to 1 + retries, each replica once before
         any twice, the healthy ones first."""
-        now = self.clock()
-        down = {u for u, until in self._down_until.items() if until > now}
-        order = attempt_order(self.options.urls, next(self._next), down)
+        order = attempt_order(self.options.urls, next(self._next), self._cooldown.down())
         return Attempts(self, [order[i % len(order)] for i in range(self.options.retries + 1)])
 
     def failed(self, url: str, error: Retryable) -> None:
-        self._down_until[url] = self.clock() + self.options.down_for_s
+        self._cooldown.mark(url)
         log.warning("%s stage: %s", self.options.stage, error)
 
 

@@ -4,8 +4,6 @@ away or audio too long for one window."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 import soxr
@@ -15,6 +13,7 @@ from models.base import PCM_RATE
 from models.speech.asr import TURN_WINDOW_S, WhisperRecognizer, runs_away
 from models.speech.whisper_files import WHISPER_RATE
 from models.speech.whisper_window import MAX_WINDOW_S, window_s
+from tests.support.hearing import QUESTIONS, spoken_words
 
 
 @pytest.fixture(scope="module")
@@ -31,23 +30,11 @@ def whole_window(asr: WhisperRecognizer, pcm: np.ndarray) -> str:
     return "".join(s.text for s in segments).strip()
 
 
-# What bench/speech/make_fixtures.sh has espeak-ng say.
-SAID = {
-    "weather": "what is the weather like today",
-    "joke": "tell me a joke",
-    "timer": "set a timer for 10 minutes",
-    "lights": "please turn off the lights in the kitchen",
-}
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()
-
-
 @pytest.mark.parametrize("name", FIXTURES)
 def test_every_word_of_a_question_is_heard(asr: WhisperRecognizer, name: str) -> None:
     """(The 30 s window heard "set a timer" as "Center timer".)"""
-    assert words(asr.transcribe(load_wav(name), PCM_RATE)) == words(SAID[name])
+    heard = asr.transcribe(load_wav(name), PCM_RATE)
+    assert spoken_words(heard) == spoken_words(QUESTIONS[name])
 
 
 def test_a_turn_window_is_ten_seconds_at_least() -> None:
