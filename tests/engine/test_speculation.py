@@ -89,29 +89,34 @@ class Recording(ScriptedExecutor):
         await super().prepare(item)
 
 
-async def test_a_pause_the_user_speaks_through_is_discarded_and_the_final_one_used() -> None:
-    executor = Recording()
+async def a_turn_with_a_pause(executor: Recording) -> str:
+    """The user says a turn with a 350 ms pause inside it (under server_vad's 500 ms
+    window), then ends it; the committed item's id."""
     async with Harness(executor) as h:
         speech = load_wav("weather")
-        # A 350 ms pause (under server_vad's 500 ms window) inside one turn, then the end.
         pcm = np.concatenate([silence(300), speech, silence(350), speech, silence(900)])
         await append_chunked(h, pcm)
         await h.settle()
         [committed] = h.of("input_audio_buffer.committed")
-        item_id = committed["item_id"]
-        calls = executor.calls
-        hooks = [hook for hook, _, _ in calls]
-        # Every call is about the one turn.
-        assert {i for _, i, _ in calls} == {item_id}
-        # The pause inside the turn was speculated on, then discarded when speech went on.
-        first = hooks.index("prepare_early")
-        assert "discard" in hooks[first:]
-        # The last speculation began in the final pause and is the committed turn's now:
-        # nothing discards it, and the turn prepared is that audio plus silence.
-        last = len(hooks) - 1 - hooks[::-1].index("prepare_early")
-        assert hooks[last + 1 :] == ["prepare"]
-        speculated, prepared = calls[last][2], calls[-1][2]
-        assert len(speech) * 2 < speculated <= prepared
+        return str(committed["item_id"])
+
+
+async def test_a_pause_the_user_speaks_through_is_discarded_and_the_final_one_used() -> None:
+    executor = Recording()
+    item_id = await a_turn_with_a_pause(executor)
+    calls = executor.calls
+    hooks = [hook for hook, _, _ in calls]
+    # Every call is about the one turn.
+    assert {i for _, i, _ in calls} == {item_id}
+    # The pause inside the turn was speculated on, then discarded when speech went on.
+    first = hooks.index("prepare_early")
+    assert "discard" in hooks[first:]
+    # The last speculation began in the final pause and is the committed turn's now:
+    # nothing discards it, and the turn prepared is that audio plus silence.
+    last = len(hooks) - 1 - hooks[::-1].index("prepare_early")
+    assert hooks[last + 1 :] == ["prepare"]
+    speculated, prepared = calls[last][2], calls[-1][2]
+    assert len(load_wav("weather")) * 2 < speculated <= prepared
 
 
 async def test_clearing_the_buffer_discards_the_speculation() -> None:
@@ -177,21 +182,15 @@ async def test_server_vad_begins_the_answer_in_its_window_and_the_commit_adopts_
     user's going on throws away; the final pause begins another, and the response asked
     for at the commit has its prompt."""
     executor = Recording()
-    async with Harness(executor) as h:
-        speech = load_wav("weather")
-        pcm = np.concatenate([silence(300), speech, silence(350), speech, silence(900)])
-        await append_chunked(h, pcm)
-        await h.settle()
-        [committed] = h.of("input_audio_buffer.committed")
-        item_id = committed["item_id"]
-        assert len(executor.responses) == 2  # one per pause, however many appends
-        first, last = executor.responses
-        assert first.items[-1].id == last.items[-1].id == item_id
-        assert first.items[-1].audio is not None and last.items[-1].audio is not None
-        assert len(first.items[-1].audio) < len(last.items[-1].audio)  # the whole turn
-        assert ("discard", item_id, 0) in executor.calls  # the user went on
-        [asked_for] = executor.prompts
-        assert prompt_key(asked_for) == prompt_key(last)
+    item_id = await a_turn_with_a_pause(executor)
+    assert len(executor.responses) == 2  # one per pause, however many appends
+    first, last = executor.responses
+    assert first.items[-1].id == last.items[-1].id == item_id
+    assert first.items[-1].audio is not None and last.items[-1].audio is not None
+    assert len(first.items[-1].audio) < len(last.items[-1].audio)  # the whole turn
+    assert ("discard", item_id, 0) in executor.calls  # the user went on
+    [asked_for] = executor.prompts
+    assert prompt_key(asked_for) == prompt_key(last)
 
 
 async def test_a_longer_window_answers_early_only_near_its_end() -> None:
