@@ -27,6 +27,7 @@ from typing import Any
 
 from bench.load.stats import pct
 from bench.turns.crowd import HEARING_CACHE, Hearings, Replay, qualified_ms, replay_of
+from bench.turns.earlier_turns import own_turn
 from bench.turns.real_interruptions import make_real_scenarios
 from bench.turns.scenarios import Scenario
 from engine.interruption import Heard, InterruptionParams, voices_of, weigh
@@ -63,15 +64,8 @@ def earlier_turn(item: Scenario, items: list[Scenario]) -> VoiceProfile | None:
     """The voice a session would have learned from an earlier turn of the item's
     speaker: the first other sentence of the same voice in the set (None: the set has
     none; the session then knows no voice)."""
-    other = next(
-        (
-            o
-            for o in items
-            if o.kind == "sentence" and o.voice == item.voice and o.name != item.name
-        ),
-        None,
-    )
-    return None if other is None else profile_of(other.audio)
+    turn = own_turn(item, items)
+    return None if turn is None else profile_of(turn)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,15 +18,23 @@ from bench.turns.noise import Pcm16
 from bench.turns.scenarios import Scenario
 
 
+def own_turn(item: Scenario, items: Sequence[Scenario]) -> Pcm16 | None:
+    """The first other sentence of `item`'s voice in the set (None: it has none)."""
+    own = (o for o in others(item, items) if item.voice and o.voice == item.voice)
+    return next((o.audio for o in own), None)
+
+
 def earlier_turn(item: Scenario, items: Sequence[Scenario]) -> Pcm16 | None:
     """The turn `item`'s session hears before the answer it talks over (None: none)."""
-    sentences = [o for o in items if o.kind == "sentence" and o.name != item.name]
-    own = next((o for o in sentences if item.voice and o.voice == item.voice), None)
-    if own is not None:
-        return own.audio
-    if item.kind == "sentence" or not sentences:
-        return None
-    return sentences[0].audio
+    own = own_turn(item, items)
+    if own is not None or item.kind == "sentence":
+        return own
+    return next((o.audio for o in others(item, items)), None)
+
+
+def others(item: Scenario, items: Sequence[Scenario]) -> list[Scenario]:
+    """The set's sentences but `item`."""
+    return [o for o in items if o.kind == "sentence" and o.name != item.name]
 
 
 def earlier_turns(items: Sequence[Scenario]) -> dict[str, Pcm16]:
