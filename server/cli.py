@@ -364,9 +364,9 @@ def print_models() -> int:
     # The remote speech stages configured (PARLEY_ASR_URL, PARLEY_TTS_URL): where they run.
     asr, tts = remote_speech(settings)
     if asr is not None:
-        rows.append(describe_remote("asr", asr, "/v1/audio/transcriptions"))
+        rows.append(describe_remote(asr, "/v1/audio/transcriptions"))
     if tts is not None:
-        rows.append(describe_remote("tts", tts, "/v1/audio/speech"))
+        rows.append(describe_remote(tts, "/v1/audio/speech"))
     print(f"{'stage':5}  {'model':38}  {'size':>9}  {'licence':28}  source / path")
     for m in rows:
         size = f"{m.size_bytes / 1e6:.1f} MB" if m.size_bytes else "-"

@@ -18,10 +18,21 @@ from collections.abc import Mapping
 import httpx
 import numpy as np
 
-from models.remote_http import RemoteOptions, RemoteStage, StageError, status_error, transport_error
+from models.remote_http import (
+    RemoteError,
+    RemoteOptions,
+    RemoteStage,
+    StageFixes,
+    status_error,
+    transport_error,
+)
 from models.speech.tts import EMPTY, speakable_line
 
-TTS_FIX = "check --tts-url (PARLEY_TTS_URL) and that the server is up, or unset it"
+TTS_FIXES = StageFixes(
+    unreachable="check --tts-url (PARLEY_TTS_URL) and that the server is up, or unset it",
+    key="set PARLEY_TTS_API_KEY",
+    model="name the model: PARLEY_TTS_SERVER_MODEL",
+)
 # What `response_format: "pcm"` means in OpenAI's API: 24 kHz, 16-bit, mono.
 OPENAI_PCM_RATE = 24_000
 
@@ -43,9 +54,9 @@ def voice_for(table: Mapping[str, str], session_voice: str) -> str:
     return table.get(session_voice) or table.get("*") or session_voice or "alloy"
 
 
-def pcm_samples(url: str, data: bytes) -> np.ndarray:
+def pcm_samples(who: str, data: bytes) -> np.ndarray:
     if len(data) % 2:
-        raise StageError(f"tts server {url} sent {len(data)} bytes, not 16-bit pcm")
+        raise RemoteError(f"{who} sent {len(data)} bytes, not 16-bit pcm")
     return np.frombuffer(data, dtype="<i2").astype(np.int16)
 
 
@@ -63,7 +74,7 @@ class RemoteSynthesizer(RemoteStage):
         speed: float = 1.0,
         check: bool = True,
     ) -> None:
-        super().__init__(options, TTS_FIX, check=check)
+        super().__init__(options, TTS_FIXES, check=check)
         self.voices = dict(voices or {})
         self.speed = speed
         self._client: httpx.AsyncClient | None = None  # made in the loop that uses it
@@ -99,7 +110,7 @@ class RemoteSynthesizer(RemoteStage):
         tries = self.replicas.attempts()
         for url in tries:
             with tries.retrying(url):
-                return pcm_samples(url, await self._attempt(client, url, body))
+                return pcm_samples(self.options.server(url), await self._attempt(client, url, body))
         raise tries.gave_up()
 
     async def _attempt(self, client: httpx.AsyncClient, url: str, body: dict[str, object]) -> bytes:
@@ -108,19 +119,17 @@ class RemoteSynthesizer(RemoteStage):
         try:
             async with client.stream("POST", self.endpoint_of(url), json=body) as answer:
                 if answer.status_code >= 400:
-                    raise status_error("tts", url, answer.status_code, await answer.aread())
+                    raise status_error(self.options, url, answer.status_code, await answer.aread())
                 kind = answer.headers.get("content-type", "")
                 if kind.startswith(("text/", "application/json")):
                     shown = (await answer.aread())[:200].decode(errors="replace")
-                    raise StageError(f"tts server {url} sent {kind}, not pcm audio: {shown!r}")
+                    who = self.options.server(url)
+                    raise RemoteError(f"{who} sent {kind}, not pcm audio: {shown!r}")
                 async for chunk in answer.aiter_bytes():
                     received += chunk
         except httpx.HTTPError as exc:
-            if received:  # part of the sentence was heard: not tried again elsewhere
-                raise StageError(
-                    f"tts server {url} broke off in the middle of a sentence ({exc!r})"
-                ) from None
-            raise transport_error(self.options, url, exc) from None
+            # Part of the sentence heard: not tried again elsewhere.
+            raise transport_error(self.options, url, exc, heard=bool(received)) from None
         return bytes(received)
 
     def close(self) -> None:

@@ -17,14 +17,9 @@ import pytest
 
 from bench.speech import load_wav
 from models.base import OutputChunk, Prompt, PromptItem
-from models.openai_compat import (
-    BackendError,
-    BackendOptions,
-    OpenAICompatExecutor,
-    api_base,
-    rendezvous,
-    session_key,
-)
+from models.chat_backends import session_key
+from models.openai_compat import BackendOptions, OpenAICompatExecutor
+from models.remote_http import RemoteError, api_base, rendezvous
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
 from models.speech.tts import FliteSynthesizer
@@ -124,7 +119,7 @@ async def test_dies_mid_stream_fails_clearly_without_retry(fake: FakeOpenAI) -> 
     ex = executor(url)
     got: list[OutputChunk] = []
     try:
-        with pytest.raises(BackendError) as caught:
+        with pytest.raises(RemoteError) as caught:
             async for chunk in ex.generate(prompt(audio=False)):
                 got.append(chunk)
     finally:
@@ -139,7 +134,7 @@ async def test_never_answers_times_out_after_retries(fake: FakeOpenAI) -> None:
     url = fake.url("s", "silent")
     ex = executor(url, read_timeout_s=0.2, retries=1)
     try:
-        with pytest.raises(BackendError) as caught:
+        with pytest.raises(RemoteError) as caught:
             await collect(ex, prompt())
     finally:
         await ex.aclose()
@@ -181,7 +176,7 @@ async def test_refused_and_failing_backends_fall_over_to_a_healthy_one(fake: Fak
 async def test_all_backends_down_is_a_clear_error(fake: FakeOpenAI) -> None:
     ex = executor(fake.url("e1", "error"), fake.url("e2", "error"), retries=1)
     try:
-        with pytest.raises(BackendError) as caught:
+        with pytest.raises(RemoteError) as caught:
             await collect(ex, prompt())
     finally:
         await ex.aclose()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from models.errors import ModelMissing
-from models.remote_http import RemoteOptions, StageError, attempt_order
+from models.remote_http import RemoteError, RemoteOptions, attempt_order
 from models.speech.remote_asr import RemoteRecognizer
 from tests.support.fake_speech import FakeSpeech, running_fake_speech
 from tests.support.servers import free_port
@@ -70,7 +70,7 @@ async def test_a_failing_replica_is_retried_on_the_next(fake: FakeSpeech) -> Non
 async def test_when_every_attempt_fails_the_error_names_the_stage(fake: FakeSpeech) -> None:
     options = RemoteOptions("asr", (fake.url("bad", "error"),), model="w", retries=1)
     asr = RemoteRecognizer(options, check=False)
-    with pytest.raises(StageError, match=r"asr stage did not answer after 2 attempts.*HTTP 500"):
+    with pytest.raises(RemoteError, match=r"asr stage did not answer after 2 attempts.*HTTP 500"):
         await asyncio.to_thread(asr.transcribe, TURN, 16_000)
     assert len(fake.uploads) == 2
 
@@ -86,14 +86,14 @@ async def test_a_stalling_server_fails_with_a_timeout(fake: FakeSpeech) -> None:
         "asr", (fake.url("slow", "silent"),), model="w", read_timeout_s=0.2, retries=0
     )
     asr = RemoteRecognizer(options, check=False)
-    with pytest.raises(StageError, match=r"asr server .*/slow did not answer within 0.2 s"):
+    with pytest.raises(RemoteError, match=r"asr server .*/slow did not answer within 0.2 s"):
         await asyncio.to_thread(asr.transcribe, TURN, 16_000)
 
 
 async def test_a_garbage_answer_is_a_clear_error_not_a_retry(fake: FakeSpeech) -> None:
     options = RemoteOptions("asr", (fake.url("junk", "garbage"),), model="w")
     asr = RemoteRecognizer(options, check=False)
-    with pytest.raises(StageError, match=r"asr server .*/junk sent no transcription: '<html>"):
+    with pytest.raises(RemoteError, match=r"asr server .*/junk sent no transcription: '<html>"):
         await asyncio.to_thread(asr.transcribe, TURN, 16_000)
     assert len(fake.uploads) == 1  # an answer came: not retried
 
