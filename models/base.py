@@ -11,9 +11,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from models.remote_http import Replicas
 
 # The rate the engine and the executors exchange audio at: int16 mono, 24 kHz.
 PCM_RATE = 24_000
@@ -189,6 +192,10 @@ class Executor(ABC):
         """The text of a user audio item for the client's input transcription
         events, or None when this executor cannot transcribe."""
         return None
+
+    def remote_stages(self) -> list[Replicas]:
+        """The stages that run on remote servers, for /healthz and its probe."""
+        return []
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release model resources."""

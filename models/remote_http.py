@@ -35,7 +35,13 @@ log = logging.getLogger(__name__)
 
 
 class RemoteError(RuntimeError):
-    """A remote server failed; the message names the stage, the replica and how."""
+    """A remote server failed; the message names the stage, the replica and how;
+    `kind` says how in a word (refused, timeout, http_503, broken, ...), for health
+    reports and metrics, which must not carry URLs."""
+
+    def __init__(self, message: str, kind: str = "error") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class Retryable(RemoteError):
@@ -120,9 +126,38 @@ def healthy_first(urls: list[str], down: set[str]) -> list[str]:
     return [u for u in urls if u not in down] + [u for u in urls if u in down]
 
 
+@dataclass(frozen=True)
+class ReplicaHealth:
+    """What the last request (or probe) to one replica found; no URL, so it can be
+    shown on the unauthenticated /healthz."""
+
+    up: bool  # answered last time it was asked (or not asked yet)
+    last_ok_s: float | None  # seconds since it last answered
+    last_failure_s: float | None  # seconds since it last failed
+    last_failure: str | None  # how, in a word (RemoteError.kind)
+
+
+@dataclass(frozen=True)
+class StageHealth:
+    stage: str
+    replicas: tuple[ReplicaHealth, ...]  # in the configured order
+
+    @property
+    def status(self) -> str:
+        up = sum(r.up for r in self.replicas)
+        return "ok" if up == len(self.replicas) else "degraded" if up else "down"
+
+
+@dataclass
+class _Outcome:
+    ok_at: float | None = None
+    failed_at: float | None = None
+    failure: str | None = None
+
+
 @dataclass
 class Replicas:
-    """One stage's replicas, and which failed lately."""
+    """One stage's replicas, which failed lately, and how each last answered."""
 
     options: RemoteOptions
     clock: Callable[[], float] = time.monotonic
@@ -130,6 +165,7 @@ class Replicas:
 
     def __post_init__(self) -> None:
         self._cooldown = Cooldown(self.options.down_for_s, self.clock)
+        self._outcomes = {url: _Outcome() for url in self.options.urls}
 
     def order(self, key: str | None = None) -> list[str]:
         """Keyed: that key's preferred replica first; keyless: the next in turn.
@@ -145,9 +181,32 @@ class Replicas:
         order = self.order(key)
         return Attempts(self, [order[i % len(order)] for i in range(self.options.retries + 1)])
 
-    def failed(self, url: str, error: Retryable) -> None:
+    def failed(self, url: str, error: RemoteError) -> None:
+        """Pass `url` over for a while; log the failure when the replica was up."""
         self._cooldown.mark(url)
-        log.warning("%s stage: %s", self.options.stage, error)
+        outcome = self._outcomes.setdefault(url, _Outcome())
+        was_up = outcome.failed_at is None or (outcome.ok_at or 0.0) > outcome.failed_at
+        outcome.failed_at, outcome.failure = self.clock(), error.kind
+        if was_up:
+            log.warning("%s stage: %s", self.options.stage, error)
+
+    def answered(self, url: str) -> None:
+        self._outcomes.setdefault(url, _Outcome()).ok_at = self.clock()
+
+    def health(self) -> StageHealth:
+        now = self.clock()
+
+        def replica(o: _Outcome) -> ReplicaHealth:
+            up = o.failed_at is None or (o.ok_at is not None and o.ok_at > o.failed_at)
+            return ReplicaHealth(
+                up,
+                None if o.ok_at is None else round(now - o.ok_at, 1),
+                None if o.failed_at is None else round(now - o.failed_at, 1),
+                o.failure,
+            )
+
+        outcomes = [self._outcomes.setdefault(u, _Outcome()) for u in self.options.urls]
+        return StageHealth(self.options.stage, tuple(replica(o) for o in outcomes))
 
 
 @dataclass
@@ -170,12 +229,15 @@ class Attempts:
 
     @contextlib.contextmanager
     def retrying(self, url: str) -> Iterator[None]:
-        """Swallows a Retryable failure of `url` (noting it) so the loop goes on."""
+        """Swallows a Retryable failure of `url` (noting it) so the loop goes on; an
+        attempt that ends without one notes that the replica answered."""
         try:
             yield
         except Retryable as exc:
             self.replicas.failed(url, exc)
             self.failures.append(str(exc))
+        else:
+            self.replicas.answered(url)
 
     def gave_up(self) -> RemoteError:
         return RemoteError(
@@ -192,7 +254,10 @@ def status_error(options: RemoteOptions, url: str, status: int, body: bytes) -> 
     final for a request it cannot serve (4xx)."""
     text = body[:300].decode(errors="replace")
     message = f"{options.server(url)} answered HTTP {status}: {text}"
-    return Retryable(message) if status >= 500 or status == 429 else RemoteError(message)
+    kind = f"http_{status}"
+    return (
+        Retryable(message, kind) if status >= 500 or status == 429 else RemoteError(message, kind)
+    )
 
 
 def transport_error(
@@ -201,18 +266,45 @@ def transport_error(
     """What went wrong on the wire; retryable while none of the answer was heard."""
     who = options.server(url)
     if isinstance(exc, httpx.ConnectError):
-        return Retryable(f"{who} refused the connection ({exc})")
+        return Retryable(f"{who} refused the connection ({exc})", "refused")
     if isinstance(exc, httpx.TimeoutException):
         what = "stopped answering" if heard else "did not answer"
-        return broken(options, url, heard, f"{what} within {options.read_timeout_s:g} s")
+        return broken(options, url, heard, f"{what} within {options.read_timeout_s:g} s", "timeout")
     return broken(options, url, heard, f"broke the connection ({exc!r})")
 
 
-def broken(options: RemoteOptions, url: str, heard: bool, what: str) -> RemoteError:
+def broken(
+    options: RemoteOptions, url: str, heard: bool, what: str, kind: str = "broken"
+) -> RemoteError:
     """A failed answer: retryable while nothing of it was heard."""
     if heard:
-        return RemoteError(f"{options.server(url)} {what}, in the middle of the answer")
-    return Retryable(f"{options.server(url)} {what}")
+        return RemoteError(f"{options.server(url)} {what}, in the middle of the answer", kind)
+    return Retryable(f"{options.server(url)} {what}", kind)
+
+
+async def probe(replicas: Replicas, client: httpx.AsyncClient) -> None:
+    """Ask every replica `GET /v1/models` and note how it answered, so /healthz
+    shows a stage's health while no request uses it, and requests pass over a
+    replica a probe found down. Any answer but a refusal, 5xx or 429 counts as up
+    (a speech server may have no model list)."""
+    options = replicas.options
+    for url in options.urls:
+        try:
+            response = await client.get(api_base(url) + "/models", headers=options.headers())
+        except httpx.HTTPError as exc:
+            replicas.failed(url, transport_error(options, url, exc))
+            continue
+        status = response.status_code
+        if status >= 500 or status in (401, 403, 429):
+            replicas.failed(url, status_error(options, url, status, response.content))
+        else:
+            replicas.answered(url)
+
+
+def replicas_of(*stages: object) -> list[Replicas]:
+    """The replicas of those of `stages` that run on servers."""
+    found = (getattr(stage, "replicas", None) for stage in stages)
+    return [r for r in found if isinstance(r, Replicas)]
 
 
 # --- the check at start -------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from models.base import ExecutorStats, OutputChunk, PromptItem
+from models.remote_http import Replicas, replicas_of
 from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
@@ -52,6 +53,9 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         self._owns_tts = owns_tts
         self._requests: dict[str, R] = {}
         self._aborted_early: OrderedDict[str, None] = OrderedDict()
+
+    def remote_stages(self) -> list[Replicas]:
+        return replicas_of(self, self.transcripts.recognizer, self.speaker.tts)
 
     async def prepare(self, item: PromptItem) -> None:
         if item.role == "user" and item.text is None:

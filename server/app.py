@@ -50,6 +50,7 @@ from server.logs import LogObserver, install_redaction
 from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
 from server.observers import compose
 from server.realtime import RealtimeEndpoint
+from server.remote_stages import probe_forever, stages_health
 from server.sessions import SessionHub
 
 if TYPE_CHECKING:
@@ -210,6 +211,12 @@ def create_app(
         await model_executor.start()  # vLLM's engine starts here (in the loop)
         hearing.prepare()
         probe = None
+        stages = model_executor.remote_stages()
+        stage_probe = None
+        if stages and settings.stage_probe_s > 0:
+            stage_probe = asyncio.create_task(
+                probe_forever(stages, settings.stage_probe_s), name="stage-probe"
+            )
         if metrics is not None:
             clock = asyncio.get_running_loop().time
             probe = asyncio.create_task(probe_loop(metrics, queued, clock), name="probe")
@@ -217,10 +224,11 @@ def create_app(
             yield
         finally:
             await calls.close()
-            if probe is not None:
-                probe.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await probe
+            for task in (probe, stage_probe):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if metrics is not None and metrics.multiprocess_dir is not None:
                 mark_dead(metrics.multiprocess_dir, os.getpid())  # its gauges go with it
             if isinstance(vad, VadBatcher):
@@ -297,7 +305,12 @@ def create_app(
         # Model calls waiting for a free slot (the cascade bounds each stage).
         queued = model_executor.queued
         status = "draining" if hub.draining else "ok"
-        return {"status": status, "sessions": hub.sessions, "model_queue": queued}
+        report: dict[str, Any] = {"status": status, "sessions": hub.sessions, "model_queue": queued}
+        # The remote model stages' health. Not part of liveness: restarting Parley
+        # would not bring a model server back.
+        if stages := model_executor.remote_stages():
+            report["remote_stages"] = stages_health(stages)
+        return report
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:

@@ -242,6 +242,9 @@ class Settings(BaseSettings):
     # each of its chunks), may take; further attempts before an answer starts.
     speech_timeout_s: float = Field(default=30.0, gt=0)
     speech_retries: int = Field(default=2, ge=0)
+    # How often every remote stage's replicas are asked `GET /v1/models`, so /healthz
+    # shows each stage's health while no request uses it (0: only requests tell).
+    stage_probe_s: float = Field(default=15.0, ge=0)
 
     @field_validator("log_level", mode="before")
     @classmethod

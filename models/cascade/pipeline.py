@@ -31,6 +31,7 @@ from models.base import PCM_RATE, ExecutorStats, FunctionCall, OutputChunk, Prom
 from models.cascade.llm import LanguageModel
 from models.cascade.remote_llm import RemoteLanguageModel
 from models.cascade.text import ChatMessage, chat_messages, spoken_end
+from models.remote_http import Replicas, replicas_of
 from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.slots import StageSlots
@@ -113,6 +114,9 @@ class CascadeExecutor(SpeculatingExecutor):
     @property
     def queued(self) -> int:
         return sum(s.queued for s in self.slots.values())
+
+    def remote_stages(self) -> list[Replicas]:
+        return replicas_of(self.asr, self.llm, self.tts)
 
     def running(self, request_id: str) -> bool:
         """Whether the response `request_id` still has model work in flight."""

@@ -101,6 +101,7 @@ class RemoteLanguageModel:
         self.model = options.model
         self.name = options.model or "remote"
         self.server = Server(options, clock)
+        self.replicas = self.server.replicas
 
     def check(self) -> None:
         """At start: every replica answers `GET /v1/models` and lists the model (or,
