@@ -25,6 +25,15 @@ ItemKind = Literal["message", "function_call", "function_call_output"]
 
 
 @dataclass(frozen=True)
+class SpeechHint:
+    """What the session's `audio.input.transcription` tells the recognizer about
+    the user's speech: its language (ISO-639-1) and a prompt of likely words."""
+
+    language: str | None = None
+    prompt: str | None = None
+
+
+@dataclass(frozen=True)
 class PromptItem:
     id: str
     role: Literal["user", "assistant", "system"]
@@ -36,6 +45,7 @@ class PromptItem:
     name: str | None = None  # function_call
     arguments: str | None = None  # function_call, JSON text
     output: str | None = None  # function_call_output
+    hint: SpeechHint | None = None  # user audio: the session's transcription settings
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import wave
 import httpx
 import numpy as np
 
+from models.base import SpeechHint
 from models.remote_http import (
     RemoteError,
     RemoteOptions,
@@ -71,20 +72,28 @@ class RemoteRecognizer(RemoteStage):
             timeout=options.timeout(), headers=options.headers(), limits=options.limits()
         )
 
-    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+    def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
         if len(pcm) < rate // 10:
             return ""  # as the embedded Whisper: nothing to hear in under 0.1 s
+        form = self.form(hint)
         wav = wav_bytes(pcm, rate)
         tries = self.replicas.attempts()
         for url in tries:
             with tries.retrying(url):
-                return self._attempt(url, wav)
+                return self._attempt(url, wav, form)
         raise tries.gave_up()
 
-    def _attempt(self, url: str, wav: bytes) -> str:
-        form = {"model": self.model, "language": self.language, "response_format": "json"}
-        if self.prompt:
-            form["prompt"] = self.prompt
+    def form(self, hint: SpeechHint | None) -> dict[str, str]:
+        """The request's fields: the session's language and prompt (its
+        `audio.input.transcription`) over the stage's own."""
+        language = (hint.language if hint is not None else None) or self.language
+        prompt = (hint.prompt if hint is not None else None) or self.prompt
+        form = {"model": self.model, "language": language, "response_format": "json"}
+        if prompt:
+            form["prompt"] = prompt
+        return form
+
+    def _attempt(self, url: str, wav: bytes, form: dict[str, str]) -> str:
         files = {"file": ("turn.wav", wav, "audio/wav")}
         try:
             response = self._client.post(self.endpoint_of(url), data=form, files=files)

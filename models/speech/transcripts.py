@@ -134,7 +134,9 @@ class Transcripts:
     async def _hear(self, item: PromptItem) -> str:
         assert self.recognizer is not None and item.audio is not None
         async with self.slot.slot():
-            return await asyncio.to_thread(self.recognizer.transcribe, item.audio, item.rate)
+            return await asyncio.to_thread(
+                self.recognizer.transcribe, item.audio, item.rate, item.hint
+            )
 
     async def _recognize(self, item: PromptItem) -> str:
         assert self.recognizer is not None and item.audio is not None

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from models.base import SpeechHint
 from models.errors import ModelMissing
 from models.remote_http import RemoteError, RemoteOptions, attempt_order
 from models.speech.remote_asr import RemoteRecognizer
@@ -47,6 +48,10 @@ async def test_a_turn_is_transcribed_with_its_language_and_prompt(fake: FakeSpee
         assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (16_000, 1, 2)
         sent = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2")
     assert np.array_equal(sent, TURN)
+    # The session's own language and prompt (audio.input.transcription) win.
+    await asyncio.to_thread(asr.transcribe, TURN, 16_000, SpeechHint("de", "Kubernetes"))
+    form = fake.uploads[-1][1]
+    assert (form["language"], form["prompt"]) == ("de", "Kubernetes")
     info = asr.describe()
     assert (info.stage, info.path) == ("asr", fake.url("a"))
     assert "remote" in info.name and "transcriptions" in info.source

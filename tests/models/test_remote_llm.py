@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models.base import FunctionCall, OutputChunk, Prompt, PromptItem, Tool
+from models.base import FunctionCall, OutputChunk, Prompt, PromptItem, SpeechHint, Tool
 from models.cascade.build import CascadeOptions, make_language_model
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.remote_llm import (
@@ -63,7 +63,7 @@ class NoRecognizer:
 
     name = "none"
 
-    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+    def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
         raise AssertionError("nothing to transcribe")
 
     def describe(self) -> ModelInfo:
