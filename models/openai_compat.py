@@ -264,7 +264,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                         calls.extend(delta.calls)
                         yield delta.text
 
-                async with contextlib.aclosing(self._speak(texts(), request_id, state)) as spoken:
+                async with contextlib.aclosing(self._speak(texts(), prompt, state)) as spoken:
                     async for chunk in spoken:
                         yield chunk
                 for call in calls:  # after what was said before them

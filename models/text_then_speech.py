@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from models.base import ExecutorStats, OutputChunk, PromptItem
+from models.base import ExecutorStats, OutputChunk, Prompt, PromptItem
 from models.remote_http import Replicas, replicas_of
 from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
@@ -73,15 +73,17 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         return state
 
     def _speak(
-        self, pieces: AsyncGenerator[str, None], request_id: str, state: R
+        self, pieces: AsyncGenerator[str, None], prompt: Prompt, state: R
     ) -> AsyncGenerator[OutputChunk, None]:
-        """The reply's text pieces spoken sentence by sentence; stops at an abort."""
+        """The reply's text pieces spoken sentence by sentence in the session's voice
+        (a remote synthesizer maps it to one of its own); stops at an abort."""
         return speak_text(
             pieces,
             self.speaker,
             speak=True,
             stopped=lambda: state.aborted,
-            on_audio=lambda: self.stats.mark(request_id, "first_audio"),
+            on_audio=lambda: self.stats.mark(prompt.request_id, "first_audio"),
+            voice=prompt.voice,
         )
 
     async def abort(self, request_id: str) -> None:

@@ -19,11 +19,13 @@ from bench.speech import load_wav
 from models.base import OutputChunk, Prompt, PromptItem
 from models.chat_backends import session_key
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
-from models.remote_http import RemoteError, api_base, rendezvous
+from models.remote_http import RemoteError, RemoteOptions, api_base, rendezvous
+from models.speech.remote_tts import RemoteSynthesizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
 from models.speech.tts import FliteSynthesizer
 from tests.support.fake_openai import FakeOpenAI, running_fake_openai
+from tests.support.fake_speech import running_fake_speech
 
 
 @pytest.fixture
@@ -303,3 +305,21 @@ async def test_session_survives_a_failed_backend(fake: FakeOpenAI) -> None:
             assert h.responses_done()[1]["status"] == "completed"
     finally:
         await ex.aclose()
+
+
+async def test_a_remote_voice_speaks_the_text_in_the_sessions_voice(fake: FakeOpenAI) -> None:
+    """The backend's text spoken by a remote synthesizer, in the server voice the
+    table maps the session's voice to (as the cascade does)."""
+    async with running_fake_speech() as speech:
+        options = RemoteOptions("tts", (speech.url("kokoro"),), model="kokoro")
+        tts = RemoteSynthesizer(options, voices={"ash": "am_adam", "*": "af_heart"}, check=False)
+        ex = OpenAICompatExecutor(
+            BackendOptions(urls=(fake.url("a"),)), Speaker(tts, StageSlots("tts", 1))
+        )
+        try:
+            chunks = await collect(ex, prompt(voice="ash"))
+        finally:
+            await ex.aclose()
+    assert [c for c in chunks if c.audio is not None]
+    voices = {body["voice"] for _, body in speech.spoken}
+    assert voices == {"am_adam"} and len(speech.spoken) == 3  # one request per sentence
