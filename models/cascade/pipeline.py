@@ -33,6 +33,7 @@ from models.cascade.remote_llm import RemoteLanguageModel
 from models.cascade.text import ChatMessage, chat_messages, spoken_end
 from models.remote_http import Replicas, replicas_of
 from models.speculating import SpeculatingExecutor
+from models.speculative_responses import Declined
 from models.speech.asr import SpeechRecognizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, SpeakOutcome, speak_text
@@ -150,11 +151,12 @@ class CascadeExecutor(SpeculatingExecutor):
 
     async def _answer_early(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         """An early answer: its turn (not committed) read from the speculative
-        recognition, which it never adopts; nothing if there is none."""
+        recognition, which it never adopts. Without one (the recognizer was busy in
+        the pause) it declines, and the committed turn is answered afresh."""
         *before, turn = prompt.items
         text = await self.transcripts.speculative_text(turn.id)
         if not text:
-            return
+            raise Declined(f"no speculative transcript of {turn.id}")
         heard = PromptItem(turn.id, turn.role, text=text)
         async with contextlib.aclosing(
             self._generate(replace(prompt, items=(*before, heard)))

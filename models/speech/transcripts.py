@@ -32,6 +32,7 @@ class SpeculationStats:
     responses_started: int = 0
     responses_used: int = 0  # adopted by the response to the committed turn
     responses_discarded: int = 0
+    responses_declined: int = 0  # adopted, but could not begin: answered afresh
 
 
 @dataclass
