@@ -192,6 +192,7 @@ def test_gpu_cascade_settings_follow_the_operator_on_both_sides() -> None:
         "PARLEY_LLM_GPU_SHARE": "0.9",
         "PARLEY_ASR_SERVER_MODEL": "openai/whisper-large-v3",
         "PARLEY_TTS_VOICES": "*=af_bella",
+        "PARLEY_KOKORO_TAG": "v0.8.0-cu128",
     }
     services = cascade(env)
     llm, asr = services["cascade-llm"], services["cascade-asr"]
@@ -204,6 +205,7 @@ def test_gpu_cascade_settings_follow_the_operator_on_both_sides() -> None:
     assert llm["environment"]["CUDA_VISIBLE_DEVICES"] == "1,2"
     assert flag(asr["command"], "--model") == parley["PARLEY_ASR_SERVER_MODEL"]
     assert parley["PARLEY_TTS_VOICES"] == "*=af_bella"
+    assert services["cascade-tts"]["image"] == "ghcr.io/remsky/kokoro-fastapi-gpu:v0.8.0-cu128"
 
 
 def test_gpu_cascade_environment_is_settings_parley_reads(
