@@ -240,10 +240,10 @@ def test_whisper_server_image_adds_the_audio_extra_to_the_same_vllm(config: dict
         ROOT / "docker" / "Dockerfile.vllm-audio"
     )
     lines = (ROOT / "docker" / "Dockerfile.vllm-audio").read_text().splitlines()
-    vllm = config["services"]["cascade-llm"]["image"]  # vllm/vllm-openai:vX.Y.Z
-    assert f"FROM {vllm}" in lines
-    version = vllm.rsplit(":v", 1)[1]
-    assert any(f"'vllm[audio]=={version}'" in line for line in lines if line.startswith("RUN"))
+    assert f"FROM {config['services']['cascade-llm']['image']}" in lines
+    (run,) = [line for line in lines if line.startswith("RUN")]
+    # vllm 0.32.0's `audio` extra, package by package.
+    assert set(run.split()) >= {"av", "scipy", "soundfile", "soxr", "'mistral_common[audio]'"}
 
 
 def seconds(duration: str) -> int:
