@@ -106,6 +106,7 @@ def voice_options(settings: Settings) -> VoiceOptions:
         asr_remote=asr_remote,
         tts_remote=tts_remote,
         tts_voices=voice_table(settings.tts_voices),
+        device=settings.speech_device,
     )
 
 
@@ -186,7 +187,11 @@ def create_app(
     scorer = SoundAndWords(end_of_turn, text_turn) if end_of_turn and text_turn else end_of_turn
     # Hears speech held while the assistant talks (turn_detection.interruption, on by
     # default); its model loads in the background once the server starts.
-    hearing = WhisperHearing(settings.hearing_model, queue_limit=settings.model_queue_limit)
+    hearing = WhisperHearing(
+        settings.hearing_model,
+        queue_limit=settings.model_queue_limit,
+        device=settings.speech_device,
+    )
     # Reaches the MCP servers a session names (`type: "mcp"` tools), for every session.
     mcp_client = StreamableHttpMcp(policy_of(settings.mcp_allowed_origins, settings.mcp_public))
     # No audio or key in any server or library log line, at any level.

@@ -356,6 +356,7 @@ def worker_app() -> Any:
 def print_models() -> int:
     from models.inventory import installed_models, remote_models
     from models.remote_http import describe_remote
+    from models.speech.device import where_speech_runs
     from server.remote_stages import remote_speech
 
     settings = Settings()
@@ -372,7 +373,9 @@ def print_models() -> int:
         size = f"{m.size_bytes / 1e6:.1f} MB" if m.size_bytes else "-"
         print(f"{m.stage:5}  {m.name:38}  {size:>9}  {m.license:28}  {m.source}")
         print(f"{'':5}  {'':38}  {'':>9}  {'':28}  {m.path}")
-    return 0 if all(m.path not in ("missing",) for m in rows) else 1
+    devices, can_start = where_speech_runs(settings.speech_device)
+    print(devices)
+    return 0 if can_start and all(m.path not in ("missing",) for m in rows) else 1
 
 
 if __name__ == "__main__":

