@@ -66,11 +66,16 @@ async def test_a_barge_in_closes_the_language_models_and_the_voices_streams(
             await asyncio.wait_for(chat.requested.wait(), 30)  # hang guards only
             await chat.release(9)  # "I heard 0 audio parts in 2 messages. The"
             await asyncio.wait_for(speech.first_chunk_sent.wait(), 30)
-            await speech.release(CHUNKS - 1)  # the first sentence, all spoken
+            # The sentence's first audio reaches the client while the voice's server
+            # still holds the rest of it.
             await h.wait_until(lambda: len(h.of("response.output_audio.delta")) >= 1)
+            assert speech.finished == 0
+            await speech.release(CHUNKS - 1)  # the first sentence, all spoken
+            await h.wait_until(lambda: speech.finished == 1)
             speech.first_chunk_sent.clear()
             await chat.release(7)  # "fake server answers in three sentences. This"
             await asyncio.wait_for(speech.first_chunk_sent.wait(), 30)
+            assert len(speech.spoken) == 2
             # Now the model is writing the third sentence and the voice speaking the
             # second: the user talks over the answer.
             await say(h, "timer")

@@ -59,6 +59,31 @@ async def test_a_sentence_is_spoken_in_the_mapped_voice(fake: FakeSpeech) -> Non
     )
 
 
+async def test_a_sentence_plays_piece_by_piece_as_the_server_speaks_it(
+    fake: FakeSpeech,
+) -> None:
+    tts = synthesizer(fake.url("a"))
+    fake.hold()  # the server sends the first chunk, then one per permit
+    stream = tts.synthesize_stream("Hello there.", "alloy")
+    first = await anext(stream)  # while the server still holds the rest
+    assert np.array_equal(first, np.frombuffer(CHUNK, dtype="<i2"))
+    assert fake.finished == 0
+    await fake.release(CHUNKS - 1)
+    rest = [piece async for piece in stream]
+    assert sum(len(p) for p in (first, *rest)) == SENTENCE_SAMPLES
+    assert (fake.finished, fake.closed) == (1, 0)
+
+
+async def test_closing_a_sentence_midway_closes_its_request(fake: FakeSpeech) -> None:
+    tts = synthesizer(fake.url("a"))
+    fake.hold()
+    stream = tts.synthesize_stream("Hello there.")
+    await anext(stream)
+    await stream.aclose()  # a barge-in
+    await asyncio.wait_for(fake.stream_closed.wait(), 30)  # a hang guard only
+    assert (fake.finished, fake.closed) == (0, 1)
+
+
 def test_the_voice_table_maps_session_voices_to_the_server_s() -> None:
     table = voice_table(["alloy = af_bella", "*=af_heart"])
     assert table == {"alloy": "af_bella", "*": "af_heart"}
