@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import websockets
+from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
 
 from server.call_routes import FORWARDED_HEADER, CallRoutes, plain_call_id
 from server.cli import uvicorn_config
@@ -152,3 +154,55 @@ async def test_an_id_no_replica_sealed_gets_404_and_reaches_no_address(
     finally:
         sentinel.close()
         await sentinel.wait_closed()
+
+
+async def test_the_relay_passes_frames_both_ways_and_each_sides_close_to_the_other(
+    replicas: tuple[RunningServer, RunningServer],
+) -> None:
+    """B relays to a stand-in holder (an id sealed with the shared secret names it),
+    which says what it got and closes, or drops, as it is told."""
+    _, b = replicas
+    heard: asyncio.Queue[tuple[str, Headers, int | None, str]] = asyncio.Queue()
+
+    async def holder(conn: ServerConnection) -> None:
+        await conn.send("hello")
+        command = await conn.recv()
+        assert isinstance(command, str)
+        if command == "close":
+            await conn.close(4002, "from the holder")
+        elif command == "drop":
+            conn.transport.abort()
+        else:
+            await conn.send(f"got {command}")
+            await conn.wait_closed()
+        assert conn.request is not None
+        await heard.put((command, conn.request.headers, conn.close_code, conn.close_reason))
+
+    async with websockets.serve(holder, "127.0.0.1", 0) as fake:
+        target = f"http://127.0.0.1:{fake.sockets[0].getsockname()[1]}"
+        url = f"{b.ws_url}?call_id={CallRoutes(SECRET.encode(), target).mint()}"
+        headers = AUTH | {"Origin": b.http_url}  # the server's own page
+
+        async def ends_with(command: str) -> websockets.ConnectionClosed:
+            async with websockets.connect(url, additional_headers=headers) as ws:
+                assert await ws.recv() == "hello"
+                await ws.send(command)
+                if command not in ("close", "drop"):
+                    assert await ws.recv() == f"got {command}"
+                    await ws.close(4001, "from the client")
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    await asyncio.wait_for(ws.recv(), TIMEOUT_S)
+            return closed.value
+
+        by_client = await ends_with("ping")
+        command, carried, code, reason = await heard.get()
+        assert command == "ping"
+        assert (code, reason) == (4001, "from the client")  # the client's close, relayed
+        assert carried["authorization"] == AUTH["Authorization"]
+        assert carried[FORWARDED_HEADER] == "1" and carried["origin"] == b.http_url
+        assert by_client.sent is not None and by_client.sent.code == 4001
+        by_holder = await ends_with("close")
+        assert by_holder.rcvd is not None
+        assert (by_holder.rcvd.code, by_holder.rcvd.reason) == (4002, "from the holder")
+        dropped = await ends_with("drop")
+        assert dropped.rcvd is None  # dropped as the holder dropped it (1006)
