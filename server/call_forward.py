@@ -2,7 +2,7 @@
 (server/call_routes.py reads which one from the call id).
 
 request: the hang-up or DELETE is made again on the holder, with the client's
-         Authorization (and Origin), and its answer handed back as it is
+         Authorization, and its answer handed back as it is
 relay:   the sideband WebSocket is opened on the holder the same way, and frames
          pass both ways, one at a time: each is sent before the next is read, so
          a slow side slows the other instead of filling memory. When either side
@@ -10,9 +10,10 @@ relay:   the sideband WebSocket is opened on the holder the same way, and frames
          (or a client that stops reading for `write_timeout_s`) has the other's
          connection aborted or closed, never left open.
 
-The holder makes every check (keys, the call's owner) as for a request it got
-itself; the forwarding replica has checked the key already, so no unauthenticated
-request costs a hop. What is forwarded carries FORWARDED_HEADER and is answered
+The holder checks the key (and the call's owner) as for a request it got itself.
+The forwarding replica has checked the key already, so no unauthenticated request
+costs a hop, and the page's Origin, which only it can (the holder's Host is not the
+one the page called). What is forwarded carries FORWARDED_HEADER and is answered
 where it lands. Replicas reach each other directly: no proxy from the environment.
 """
 
@@ -42,9 +43,10 @@ log = logging.getLogger(__name__)
 
 # How long the holder may take to answer a forwarded request or WebSocket handshake.
 FORWARD_TIMEOUT_S = 10.0
-# What a forward carries of the client's request: its key, and the page it came
-# from (the holder checks both as for a request of its own).
-_CARRIED = ("authorization", "origin")
+# What a forward carries of the client's request: its key, which the holder checks
+# as for a request of its own. Not the Origin: this replica checked it against the
+# Host the page called, and the holder's Host is the internal one.
+_CARRIED = ("authorization",)
 # The holder's answer headers a client needs.
 _ANSWERED = ("content-type", "www-authenticate")
 # Close codes that may be sent in a close frame (RFC 6455 7.4); others (1005 none
