@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import httpx
 import websockets
@@ -129,6 +130,9 @@ class CallForwarder:
                 subprotocols=[Subprotocol(p) for p in offered] or None,
                 proxy=None,
                 open_timeout=FORWARD_TIMEOUT_S,
+                # A holder that does not take the close frame is dropped after this
+                # long, as Parley drops a client that does not read.
+                close_timeout=self.write_timeout_s,
                 max_size=self.max_frame_bytes,
                 compression=None,
                 user_agent_header=None,
@@ -140,22 +144,28 @@ class CallForwarder:
             raise unreachable(holder) from None
 
     async def relay(self, ws: WebSocket, upstream: ClientConnection) -> None:
-        """Frames both ways between the client (`ws`, accepted) and the holder until
-        either closes; then the other is closed as it was."""
-        down = asyncio.create_task(self._down(ws, upstream), name="relay-down")
-        up = asyncio.create_task(_up(ws, upstream), name="relay-up")
+        """Accept the client (`ws`) as the holder accepted this replica, then frames
+        both ways until either closes; then the other is closed as it was."""
+        down: asyncio.Task[Close | None] | None = None
+        up: asyncio.Task[tuple[int, str]] | None = None
         try:
+            await ws.accept(subprotocol=upstream.subprotocol)
+            down = asyncio.create_task(self._down(ws, upstream), name="relay-down")
+            up = asyncio.create_task(_up(ws, upstream), name="relay-up")
             done, _ = await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
             if up in done and not up.cancelled() and up.exception() is None:
                 code, reason = up.result()  # the client closed: so does the holder's side
                 await upstream.close(sendable(code), reason)
             elif down in done and not down.cancelled() and down.exception() is None:
                 await _close_client(ws, down.result(), self.write_timeout_s)
-            else:  # a side failed (the client did not read in time)
+            else:  # a side failed (the client did not read in time): both dropped
+                log.info("sideband relay cut off: %r", _failure(done))
                 abort_connection(ws)
+                upstream.transport.abort()
         finally:
-            up.cancel()
-            down.cancel()
+            for task in (up, down):
+                if task is not None:
+                    task.cancel()
             await upstream.close()
 
     async def _down(self, ws: WebSocket, upstream: ClientConnection) -> Close | None:
@@ -173,6 +183,10 @@ class CallForwarder:
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.aclose()
+
+
+def _failure(done: set[asyncio.Task[Any]]) -> BaseException | None:
+    return next((t.exception() for t in done if not t.cancelled() and t.exception()), None)
 
 
 async def _up(ws: WebSocket, upstream: ClientConnection) -> tuple[int, str]:

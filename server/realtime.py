@@ -180,7 +180,6 @@ class RealtimeEndpoint:
             await _deny(ws, refusal)
             return
         if forwarder and upstream:
-            await ws.accept(subprotocol=upstream.subprotocol)
             log.info("call %s: sideband relayed to the replica holding it", call_id)
             await forwarder.relay(ws, upstream)
             return

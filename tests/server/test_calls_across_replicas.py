@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +21,13 @@ from server.call_routes import FORWARDED_HEADER, CallRoutes, plain_call_id
 from server.cli import uvicorn_config
 from server.config import Settings
 from tests.support.events import TIMEOUT_S, Events
-from tests.support.servers import TEST_SETTINGS, RunningServer, bound_socket, serving
+from tests.support.servers import (
+    TEST_SETTINGS,
+    RunningServer,
+    ServerFactory,
+    bound_socket,
+    serving,
+)
 from tests.support.webrtc_client import rtc_call
 
 KEY = "sk-parley-test-key"
@@ -29,19 +36,26 @@ SECRET = "a-shared-secret-of-at-least-32-chars!"
 
 
 @pytest.fixture
-async def replicas() -> AsyncIterator[tuple[RunningServer, RunningServer]]:
+async def replica() -> AsyncIterator[ServerFactory]:
+    """Starts replicas, each named by its own URL, all with the same keys and secret."""
     async with contextlib.AsyncExitStack() as running:
 
-        async def start() -> RunningServer:
+        async def start(**overrides: Any) -> RunningServer:
             sock = bound_socket()
             port = sock.getsockname()[1]
             url = f"http://127.0.0.1:{port}"
-            settings = Settings(**TEST_SETTINGS, api_keys=[KEY], key_secret=SECRET, replica_url=url)
+            given = {"api_keys": [KEY], "key_secret": SECRET, "replica_url": url} | overrides
+            settings = Settings(**TEST_SETTINGS, **given)
             config = uvicorn_config(settings, host="127.0.0.1", port=port, log_config=None)
             await running.enter_async_context(serving(config, sock, name=f"replica:{port}"))
             return RunningServer(settings, port)
 
-        yield await start(), await start()
+        yield start
+
+
+@pytest.fixture
+async def replicas(replica: ServerFactory) -> tuple[RunningServer, RunningServer]:
+    return await replica(), await replica()
 
 
 async def test_a_calls_sideband_and_hangup_sent_to_another_replica_reach_it(
@@ -208,3 +222,34 @@ async def test_the_relay_passes_frames_both_ways_and_each_sides_close_to_the_oth
         assert (by_holder.rcvd.code, by_holder.rcvd.reason) == (4002, "from the holder")
         dropped = await ends_with("drop")
         assert dropped.rcvd is None  # dropped as the holder dropped it (1006)
+
+
+async def test_a_client_that_stops_reading_a_relayed_sideband_is_cut_off_and_the_holder_freed(
+    replica: ServerFactory,
+) -> None:
+    """The relay holds one frame at a time: a client that reads nothing is cut off
+    after the write timeout, and the holder's side is closed (not buffered for)."""
+    b = await replica(write_timeout_s=0.5)
+    freed = asyncio.Event()
+    sent = 0
+
+    async def holder(conn: ServerConnection) -> None:
+        nonlocal sent
+        try:
+            while True:  # far more than any socket buffer holds
+                await conn.send("x" * 65536)
+                sent += 1
+        except websockets.ConnectionClosed:
+            freed.set()
+
+    async with websockets.serve(holder, "127.0.0.1", 0) as fake:
+        target = f"http://127.0.0.1:{fake.sockets[0].getsockname()[1]}"
+        url = f"{b.ws_url}?call_id={CallRoutes(SECRET.encode(), target).mint()}"
+        # max_queue=1: the client's library reads little ahead of the app, which reads nothing.
+        async with websockets.connect(url, additional_headers=AUTH, max_queue=1) as ws:
+            await asyncio.wait_for(freed.wait(), TIMEOUT_S)
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                while True:
+                    await asyncio.wait_for(ws.recv(), TIMEOUT_S)
+    assert closed.value.rcvd is None  # cut off, as a client not reading is
+    assert sent < 1024  # 64 MiB: what the holder was let send before it was freed
