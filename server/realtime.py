@@ -7,9 +7,8 @@ writer: session outbox -> frame (skips output fenced by a cancel); every send, t
 
 `?call_id=` attaches a sideband to a WebRTC call the hub holds; behind a load
 balancer, one held by another replica is relayed there (server/call_forward.py).
-While the hub
-drains, upgrades get HTTP 503; a session it ends closes with 1001, and the drain's
-last resort aborts the connection.
+While the hub drains, upgrades get HTTP 503; a session it ends closes with 1001, and
+the drain's last resort aborts the connection.
 """
 
 from __future__ import annotations
