@@ -122,7 +122,7 @@ class CallForwarder:
         """The call's sideband opened on the holder, or ApiError: the holder's
         refusal (404 when the call ended meanwhile), or 502. (`call_id` opened, so
         it is base64url: nothing to quote.)"""
-        url = f"ws{holder.removeprefix('http')}/v1/realtime?call_id={call_id}"  # ws(s)://
+        url = f"ws{holder.removeprefix('http')}/v1/realtime?call_id={call_id}"  # ws://
         try:
             return await websockets.connect(
                 url,

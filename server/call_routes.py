@@ -43,14 +43,15 @@ def plain_call_id() -> str:
 
 
 def replica_url(value: str) -> str:
-    """A replica's base URL as ids carry it (`http(s)://host[:port]`, no path), or
-    ValueError naming the rule."""
+    """A replica's base URL as ids carry it (`http://host[:port]`, no path), or
+    ValueError naming the rule. Parley serves plain HTTP: replicas reach each other
+    as the balancer reaches them (TLS, if any, is a mesh's, below the URL)."""
     parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("the replica URL must be http(s)://host[:port]")
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError("the replica URL must be http://host[:port]")
     if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:
-        raise ValueError("the replica URL must be http(s)://host[:port], with no path")
-    return f"{parts.scheme}://{parts.netloc}"
+        raise ValueError("the replica URL must be http://host[:port], with no path")
+    return f"http://{parts.netloc}"
 
 
 @dataclass(frozen=True)

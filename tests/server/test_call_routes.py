@@ -68,7 +68,7 @@ def test_a_request_is_forwarded_only_for_a_sealed_id_naming_another_replica() ->
     ("given", "kept"),
     [
         ("http://10.0.3.7:8000/", "http://10.0.3.7:8000"),
-        (" https://parley-2.internal ", "https://parley-2.internal"),
+        (" http://parley-2.internal ", "http://parley-2.internal"),
         ("http://[fd00::7]:8000", "http://[fd00::7]:8000"),
     ],
 )
@@ -78,7 +78,15 @@ def test_a_replica_url_is_kept_as_scheme_host_and_port(given: str, kept: str) ->
 
 @pytest.mark.parametrize(
     "given",
-    ["10.0.3.7:8000", "ftp://h", "http://", "http://h/v1", "http://h?x=1", "http://u:p@h"],
+    [
+        "10.0.3.7:8000",
+        "https://h",
+        "ftp://h",
+        "http://",
+        "http://h/v1",
+        "http://h?x=1",
+        "http://u:p@h",
+    ],
 )
 def test_a_replica_url_with_more_or_less_than_an_origin_is_refused(given: str) -> None:
     with pytest.raises(ValueError, match="http"):
