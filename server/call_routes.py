@@ -47,6 +47,10 @@ def replica_url(value: str) -> str:
     ValueError naming the rule. Parley serves plain HTTP: replicas reach each other
     as the balancer reaches them (TLS, if any, is a mesh's, below the URL)."""
     parts = urlsplit(value.strip())
+    try:  # reading the port raises for one that does not parse (unbracketed IPv6)
+        parts.port  # noqa: B018
+    except ValueError:
+        raise ValueError("the replica URL must be http://host[:port], with a valid port") from None
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError("the replica URL must be http://host[:port]")
     if parts.path not in ("", "/") or parts.query or parts.fragment or "@" in parts.netloc:

@@ -86,6 +86,8 @@ def test_a_replica_url_is_kept_as_scheme_host_and_port(given: str, kept: str) ->
         "http://h/v1",
         "http://h?x=1",
         "http://u:p@h",
+        "http://fd00::7:8000",  # an IPv6 address needs brackets
+        "http://h:99999",
     ],
 )
 def test_a_replica_url_with_more_or_less_than_an_origin_is_refused(given: str) -> None:
