@@ -11,10 +11,10 @@ relay:   the sideband WebSocket is opened on the holder the same way, and frames
          connection aborted or closed, never left open.
 
 The holder checks the key (and the call's owner) as for a request it got itself.
-The forwarding replica has checked the key already, so no unauthenticated request
-costs a hop, and the page's Origin, which only it can (the holder's Host is not the
-one the page called). What is forwarded carries FORWARDED_HEADER and is answered
-where it lands. Replicas reach each other directly: no proxy from the environment.
+The forwarding replica checks the key first, so no unauthenticated request costs a
+hop, and a page's Origin, which only it can check (the holder's Host is not the one
+the page called). What is forwarded carries FORWARDED_HEADER and is answered where
+it lands. Replicas reach each other directly: no proxy from the environment.
 """
 
 from __future__ import annotations
