@@ -40,6 +40,7 @@ from server.auth import (
     parse_client_secret_request,
     presented_key,
 )
+from server.call_forward import forwarder_of
 from server.calls import CallsEndpoint
 from server.config import Settings
 from server.ephemeral_keys import new_key_secret
@@ -290,8 +291,11 @@ def create_app(
         hearing=hearing,
         mcp_client=mcp_client,
     )
-    realtime = RealtimeEndpoint(hub, keys)  # the WebSocket, and sidebands of calls
-    calls = CallsEndpoint(hub, keys)  # WebRTC calls
+    # Behind a load balancer: what reaches this replica for a call another holds is
+    # forwarded there (server/call_forward.py); None for a single server.
+    forwarder = forwarder_of(settings)
+    realtime = RealtimeEndpoint(hub, keys, forwarder)  # the WebSocket, and calls' sidebands
+    calls = CallsEndpoint(hub, keys, forwarder)  # WebRTC calls
     app.state.keys = keys
     app.state.hub = hub  # what server/serving.py drains
     app.state.realtime = realtime
@@ -366,11 +370,11 @@ def create_app(
 
     @app.delete("/v1/realtime/calls/{call_id}")
     async def delete_call(call_id: str, request: Request) -> Response:
-        return calls.hang_up(call_id, request, api_key_only=False)
+        return await calls.hang_up(call_id, request, api_key_only=False)
 
     @app.post("/v1/realtime/calls/{call_id}/hangup")
     async def hangup_call(call_id: str, request: Request) -> Response:
-        return calls.hang_up(call_id, request, api_key_only=True)
+        return await calls.hang_up(call_id, request, api_key_only=True)
 
     # The page holds no secret: it asks for an ephemeral key with the key its user
     # types in (only needed when the server has keys).

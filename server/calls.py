@@ -6,6 +6,10 @@ DELETE /v1/realtime/calls/{id}     the client hangs up (an API key, or the ephem
                                    key that made the call)
 POST /v1/realtime/calls/{id}/hangup  the application's server hangs up (API key)
 
+Behind a load balancer (PARLEY_REPLICA_URL) the call id names the replica holding the
+call, and a hang-up that reaches another replica is forwarded there
+(server/call_routes.py, server/call_forward.py).
+
 The offer comes as `application/sdp` (the browser guide, `@openai/agents-realtime`),
 as `multipart/form-data` with `sdp` and a `session` JSON part (openai-node), or as
 JSON `{"sdp": ..., "session": {...}}` (openai-python). `session` is the object
@@ -20,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import secrets
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -36,6 +39,8 @@ from server.auth import (
     client_secret_request,
     presented_key,
 )
+from server.call_forward import CallForwarder
+from server.call_routes import plain_call_id
 from server.logs import session_var
 from server.offer_body import offer_parts
 from server.origins import check_origin
@@ -102,9 +107,12 @@ async def _read_offer(request: Request) -> Offer:
 class CallsEndpoint:
     """Opens calls as sessions of the hub, and hangs them up."""
 
-    def __init__(self, hub: SessionHub, keys: KeyStore) -> None:
+    def __init__(
+        self, hub: SessionHub, keys: KeyStore, forwarder: CallForwarder | None = None
+    ) -> None:
         self.hub = hub
         self.keys = keys
+        self.forwarder = forwarder  # None: a single server
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def create(self, request: Request) -> Response:
@@ -127,7 +135,7 @@ class CallsEndpoint:
             raise ApiError(503, "at_capacity", full, type="server_error")
         # Per-key limits (429), and an ephemeral key spent (401 once used up).
         admitted = self.keys.admit(key, ephemeral, request.client.host if request.client else None)
-        call_id = "rtc_" + secrets.token_hex(12)
+        call_id = self.forwarder.routes.mint() if self.forwarder else plain_call_id()
         call = Call(call_id, session, hub.settings)
         # Seated until the call ends, so that the drain can hang it up.
         seat = hub.admit(functools.partial(call.hang_up, SHUTDOWN_REASON))
@@ -161,6 +169,8 @@ class CallsEndpoint:
         self.hub.hang_up_calls(SHUTDOWN_REASON)
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        if self.forwarder is not None:
+            await self.forwarder.aclose()
 
     async def _serve(self, call: Call, seat: Seat, admitted: Admitted) -> None:
         session_var.set(call.session.session_id)
@@ -173,12 +183,17 @@ class CallsEndpoint:
             admitted.release()
             self.hub.closed(call.session.session_id, 1000)
 
-    def hang_up(self, call_id: str, request: Request, *, api_key_only: bool) -> Response:
+    async def hang_up(self, call_id: str, request: Request, *, api_key_only: bool) -> Response:
         # The application's server hangs up with its API key; the client may with its
         # own (ephemeral) key too, as it may by closing the peer connection: another
         # ephemeral key finds no such call (404), so call ids cannot be probed.
         key = presented_key(request.headers)
         ephemeral = self.keys.authenticate(key, websocket=not api_key_only)
+        forwarder, held = self.forwarder, self.hub.holds(call_id)
+        if forwarder and (holder := forwarder.holder(call_id, request.headers, held=held)):
+            # Held by another replica, which checks the key (and owner) again.
+            path = f"{CALLS_PATH}/{call_id}" + ("/hangup" if api_key_only else "")
+            return await forwarder.request(holder, request.method, path, request.headers)
         owner = ephemeral.key_id if ephemeral else None
         self.hub.find_call(call_id, owner).hang_up("hung up by request")
         return Response(status_code=200)

@@ -251,6 +251,28 @@ class Settings(BaseSettings):
     # shows each stage's health while no request uses it (0: only requests tell).
     stage_probe_s: float = Field(default=15.0, ge=0)
 
+    # --- WebRTC calls across replicas (docs/deploy.md, "WebRTC calls across replicas") ---
+    # This replica's base URL as the other replicas reach it (http://10.0.3.7:8000).
+    # Set, call ids name it, sealed under PARLEY_KEY_SECRET (required then), and a
+    # call's sideband, hang-up or DELETE that reaches another replica is forwarded
+    # here. None: a single server, whose call ids name no replica.
+    replica_url: str | None = None
+
+    @field_validator("replica_url")
+    @classmethod
+    def _replica_url(cls, value: str | None) -> str | None:
+        from server.call_routes import replica_url
+
+        return replica_url(value) if value else None  # empty: unset
+
+    @model_validator(mode="after")
+    def _routes_need_the_secret(self) -> Settings:
+        if self.replica_url is not None and self.key_secret is None:
+            raise ValueError(
+                "PARLEY_REPLICA_URL needs PARLEY_KEY_SECRET, the same on every replica"
+            )
+        return self
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:

@@ -17,9 +17,7 @@ Pure functions over an explicit secret and clock, tested directly
 
 from __future__ import annotations
 
-import base64
 import binascii
-import functools
 import json
 import secrets
 import zlib
@@ -27,12 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import ValidationError
 
 from engine.protocol import SessionIn
+from server.sealing import NONCE_BYTES, b64decode, b64encode, cipher
 
 EPHEMERAL_PREFIX = "ek_"
 # Longest key, in characters. Browsers send it inside the Sec-WebSocket-Protocol
@@ -45,7 +42,6 @@ MAX_KEY_CHARS = 6 * 1024
 _VERSION = 2
 # What the cipher key is derived for: another use of the same secret derives another.
 _HKDF_INFO = b"parley ephemeral key v2: AES-256-GCM"
-_NONCE_BYTES = 12  # random per key: 96 bits, as GCM wants
 # A payload inflates to at most this: bounded work for any key, even one signed by
 # a leaked secret.
 _MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -106,9 +102,9 @@ def mint(
     # content, which matters only when attacker-chosen text sits beside a secret in
     # what is compressed. Here all of it comes from the API-key holder who mints the
     # key; the browser holding it chooses nothing in it.
-    nonce = secrets.token_bytes(_NONCE_BYTES)
+    nonce = secrets.token_bytes(NONCE_BYTES)
     sealed = _cipher(secret).encrypt(nonce, zlib.compress(raw, 9), None)
-    value = EPHEMERAL_PREFIX + _b64encode(nonce + sealed)
+    value = EPHEMERAL_PREFIX + b64encode(nonce + sealed)
     if len(value) > MAX_KEY_CHARS:
         raise KeyTooLarge(len(value))
     return value
@@ -140,8 +136,8 @@ def verify(secret: bytes, value: str, now: float) -> EphemeralKey | None:
 
 def _payload(secret: bytes, encoded: str) -> dict[str, Any] | None:
     try:
-        sealed = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
-        nonce, ciphertext = sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:]
+        sealed = b64decode(encoded)
+        nonce, ciphertext = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
         # GCM checks the tag in constant time: a forger learns nothing from timing.
         compressed = _cipher(secret).decrypt(nonce, ciphertext, None)
         inflater = zlib.decompressobj()
@@ -156,15 +152,5 @@ def _payload(secret: bytes, encoded: str) -> dict[str, Any] | None:
     return payload
 
 
-@functools.lru_cache(maxsize=4)
 def _cipher(secret: bytes) -> AESGCM:
-    """AES-256-GCM under a key derived from the secret (a process has one secret;
-    tests a few)."""
-    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO)
-    return AESGCM(hkdf.derive(secret))
-
-
-def _b64encode(data: bytes) -> str:
-    # base64url without padding: valid in a subprotocol token and a bearer token
-    # (`=` is a separator in HTTP tokens).
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+    return cipher(secret, _HKDF_INFO)

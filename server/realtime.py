@@ -5,9 +5,10 @@ reader: frame -> parsed client event -> session mailbox (waits when it is full)
 writer: session outbox -> frame (skips output fenced by a cancel); every send, the
         close frame too, within `write_timeout_s`, else the connection is aborted
 
-`?call_id=` attaches a sideband to a WebRTC call the hub holds. While the hub
-drains, upgrades get HTTP 503; a session it ends closes with 1001, and the drain's
-last resort aborts the connection.
+`?call_id=` attaches a sideband to a WebRTC call the hub holds; behind a load
+balancer, one held by another replica is relayed there (server/call_forward.py).
+While the hub drains, upgrades get HTTP 503; a session it ends closes with 1001, and
+the drain's last resort aborts the connection.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from engine.protocol import (
 )
 from engine.session import Session
 from server.auth import ApiError, KeyStore, bad_request, presented_key
+from server.call_forward import CallForwarder
 from server.logs import session_var
 from server.origins import check_origin
 from server.sessions import SHUTDOWN_REASON, SessionHub, submit_text
@@ -90,9 +92,12 @@ def ending_of(
 class RealtimeEndpoint:
     """`/v1/realtime`: WebSocket sessions of the hub, and sidebands of its calls."""
 
-    def __init__(self, hub: SessionHub, keys: KeyStore) -> None:
+    def __init__(
+        self, hub: SessionHub, keys: KeyStore, forwarder: CallForwarder | None = None
+    ) -> None:
         self.hub = hub
         self.keys = keys
+        self.forwarder = forwarder  # None: a single server
 
     async def handle(
         self, ws: WebSocket, model: str | None = None, call_id: str | None = None
@@ -160,13 +165,23 @@ class RealtimeEndpoint:
         """The application's server attached to a WebRTC call's session: it gets the
         call's events and may send client events. A real API key only: an ephemeral
         key belongs to the browser, which must not steer the call from aside."""
+        offered = ws.scope.get("subprotocols") or []
+        forwarder, upstream = self.forwarder, None
         try:
             self.keys.authenticate(presented_key(ws.headers), websocket=False)
-            call = self.hub.find_call(call_id)
+            held = self.hub.holds(call_id)
+            if forwarder and (holder := forwarder.holder(call_id, ws.headers, held=held)):
+                # Held by another replica, which checks the key again.
+                upstream = await forwarder.connect(holder, call_id, ws.headers, offered)
+            else:
+                call = self.hub.find_call(call_id)
         except ApiError as refusal:
             await _deny(ws, refusal)
             return
-        offered = ws.scope.get("subprotocols") or []
+        if forwarder and upstream:
+            log.info("call %s: sideband relayed to the replica holding it", call_id)
+            await forwarder.relay(ws, upstream)
+            return
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
         sideband = call.attach()
         session_var.set(call.session.session_id)

@@ -247,6 +247,10 @@ class SessionHub:
         self._calls.pop(call_id, None)
         self._call_owners.pop(call_id, None)
 
+    def holds(self, call_id: str) -> bool:
+        """Whether the call is in progress here (whoever may reach it)."""
+        return call_id in self._calls
+
     def find_call(self, call_id: str, ephemeral_key_id: str | None = None) -> HeldCall:
         """The call in progress by that id (HTTP 404 when there is none). Asked with
         an ephemeral key (its id), only a call that key made is found: another key

@@ -297,7 +297,7 @@ def test_every_replica_gets_the_same_keys_and_secret() -> None:
     assert slots is not None and int(slots.group(1)) >= 3
 
 
-def test_a_replica_without_the_shared_secret_refuses_to_start(
+def test_a_replica_without_the_shared_secret_refuses_to_start_and_one_with_it_names_itself(
     config: dict[str, Any], tmp_path: Path
 ) -> None:
     """The replica's entrypoint, run by sh with a stand-in `parley` on the PATH."""
@@ -305,7 +305,7 @@ def test_a_replica_without_the_shared_secret_refuses_to_start(
     assert entrypoint[:2] == ["sh", "-c"]
     script = entrypoint[2].replace("$$", "$")  # compose's escape, undone as at run time
     fake = tmp_path / "parley"
-    fake.write_text('#!/bin/sh\necho "started: $*"\n')
+    fake.write_text('#!/bin/sh\necho "started: $* at $PARLEY_REPLICA_URL"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     path = f"{tmp_path}:/usr/bin:/bin"
 
@@ -317,7 +317,9 @@ def test_a_replica_without_the_shared_secret_refuses_to_start(
     assert refused.returncode == 2 and "PARLEY_KEY_SECRET" in refused.stderr
     assert "started" not in refused.stdout
     started = start("s3cret")
-    assert started.returncode == 0 and started.stdout == "started: serve\n"
+    assert started.returncode == 0
+    # Each replica names itself by its own address on the compose network.
+    assert re.fullmatch(r"started: serve at http://[0-9a-f.:]+:8000\n", started.stdout)
 
 
 def test_the_proxy_passes_websockets_and_checks_readiness() -> None:

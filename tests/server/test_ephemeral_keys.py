@@ -20,12 +20,12 @@ from server.ephemeral_keys import (
     MAX_KEY_CHARS,
     KeyTooLarge,
     PresetNotEncodable,
-    _b64encode,
     _cipher,
     mint,
     new_key_secret,
     verify,
 )
+from server.sealing import b64encode
 
 SECRET = b"a-secret-of-at-least-32-characters!"
 T0 = 1_700_000_000
@@ -163,15 +163,15 @@ def test_a_tampered_key_is_refused() -> None:
     assert verify(SECRET, value + "AAAA", T0) is None
     # Another key's nonce before this one's ciphertext.
     other, mine = _b64decode(minted()[3:]), _b64decode(value[3:])
-    assert verify(SECRET, "ek_" + _b64encode(other[:12] + mine[12:]), T0) is None
+    assert verify(SECRET, "ek_" + b64encode(other[:12] + mine[12:]), T0) is None
 
 
 def test_a_key_of_the_old_signed_format_is_refused() -> None:
     """Version 1 keys (readable zlib JSON with an HMAC signature) open nothing, even
     when signed with the same secret."""
     payload = {"v": 1, "id": "k", "exp": T0 + 60, "model": "m", "session": None}
-    signed = "ek_" + _b64encode(zlib.compress(json.dumps(payload).encode(), 9))
-    signature = _b64encode(hmac.new(SECRET, signed.encode(), hashlib.sha256).digest())
+    signed = "ek_" + b64encode(zlib.compress(json.dumps(payload).encode(), 9))
+    signature = b64encode(hmac.new(SECRET, signed.encode(), hashlib.sha256).digest())
     assert verify(SECRET, f"{signed}.{signature}", T0) is None
 
 
@@ -194,7 +194,7 @@ def test_malformed_keys_are_refused(value: str) -> None:
 
 def sealed(payload: bytes, secret: bytes = SECRET) -> str:
     nonce = secrets.token_bytes(12)
-    return "ek_" + _b64encode(nonce + _cipher(secret).encrypt(nonce, payload, None))
+    return "ek_" + b64encode(nonce + _cipher(secret).encrypt(nonce, payload, None))
 
 
 def test_only_what_this_build_writes_is_accepted_even_when_sealed() -> None:
