@@ -7,6 +7,7 @@ reply's text from its model and how it stops a request there."""
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
@@ -18,6 +19,7 @@ from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
 from models.speech.transcripts import Transcripts
+from models.stage_timing import Clock, StageTimer
 
 # Request ids aborted before they started, remembered so they never start.
 EARLY_ABORTS = 1024
@@ -52,6 +54,7 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         self._owns_tts = owns_tts
         self._requests: dict[str, R] = {}
         self._aborted_early: OrderedDict[str, None] = OrderedDict()
+        self.clock: Clock = time.monotonic  # times the synthesizer (models/stage_timing.py)
 
     async def prepare(self, item: PromptItem) -> None:
         if item.role == "user" and item.text is None:
@@ -72,12 +75,15 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         self, pieces: AsyncGenerator[str, None], request_id: str, state: R
     ) -> AsyncGenerator[OutputChunk, None]:
         """The reply's text pieces spoken sentence by sentence; stops at an abort."""
+        speaker = self.speaker
+        timer = StageTimer("tts", speaker.where, request_id, self.stats.timings.add, self.clock)
         return speak_text(
             pieces,
-            self.speaker,
+            speaker,
             speak=True,
             stopped=lambda: state.aborted,
             on_audio=lambda: self.stats.mark(request_id, "first_audio"),
+            timer=timer,
         )
 
     async def abort(self, request_id: str) -> None:
