@@ -140,3 +140,30 @@ def test_a_timer_reports_each_phase_once_and_nothing_before_it_began() -> None:
     clock.t += 1.0
     timer.reached("first_audio")
     assert seen == [StageTiming("tts", "remote", "first_audio", 0.25, "r")]
+
+
+async def test_an_adopted_early_answer_brings_its_times_and_its_speculative_transcript() -> None:
+    clock = FakeClock()
+    ex = cascade(clock)
+    llm = ex.llm
+    assert isinstance(llm, WritingModel)
+    llm.more.set()
+    item = turn()
+    ex.prepare_early(item)  # a pause: the turn is heard before it is committed
+    assert await ex.speculative_text(item.id)
+    ex.answer_early(Prompt("resp_early", "Be brief.", (item,)))
+    assert await asyncio.to_thread(llm.asked.wait, 10)  # the answer is being written
+    await ex.prepare(item)  # committed as it was
+    chunks = [chunk async for chunk in ex.generate(prompt(item))]
+    assert len(chunks) == 2
+    assert ex.speculation.responses_used == 1
+    timings = ex.stage_timings(RID)
+    assert {(t.stage, t.phase) for t in timings} == {
+        ("asr", "transcript"),
+        ("llm", "first_token"),
+        ("llm", "total"),
+        ("tts", "first_audio"),
+    }
+    (heard,) = [t for t in timings if t.stage == "asr"]
+    assert (heard.seconds, heard.speculative) == (0.0, True)  # no wait left
+    await ex.aclose()

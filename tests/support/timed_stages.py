@@ -41,10 +41,12 @@ class WritingModel:
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.more = threading.Event()
+        self.asked = threading.Event()
 
     def stream(
         self, messages: Sequence[ChatMessage], *, max_tokens: int, stop: threading.Event
     ) -> Iterator[str]:
+        self.asked.set()
         self.clock.t += 0.2
         yield "It is sunny."
         yield " Take"
