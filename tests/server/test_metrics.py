@@ -20,6 +20,8 @@ from bench.speech import load_wav, silence
 from engine.observer import Observer
 from models.listening.fair_pool import FairPool
 from models.stage_timing import StageTiming
+from server.app import create_app
+from server.config import Settings
 from server.metrics import (
     Metrics,
     MetricsObserver,
@@ -30,9 +32,11 @@ from server.metrics import (
 )
 from server.observers import FanOut
 from tests.support.audio import ws_append_chunked
+from tests.support.clock import FakeClock
 from tests.support.events import Events
 from tests.support.scrape import Samples, parse, value
-from tests.support.servers import RunningServer, ServerFactory
+from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory, serving_app
+from tests.support.timed_stages import WritingModel, cascade
 
 KEY = "sk-metrics-test"
 VAD = {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
@@ -313,3 +317,30 @@ def test_docs_metrics_lists_every_metric_with_its_type() -> None:
     for family in metrics.registry.collect():
         name = f"{family.name}_total" if family.type == "counter" else family.name
         assert f"| `{name}` | {family.type} |" in rows, name
+
+
+async def test_a_served_cascade_shows_each_stage_of_its_answer_in_the_scrape() -> None:
+    ex = cascade(FakeClock())
+    assert isinstance(ex.llm, WritingModel)
+    ex.llm.more.set()
+    settings = Settings(**TEST_SETTINGS)
+    app = create_app(settings, executor=ex)
+    pcm = np.concatenate([silence(300), load_wav("timer"), silence(900)])
+    async with serving_app(app, settings, name="cascade") as running:
+        async with connect(running.ws_url) as ws:
+            events = Events(ws.recv)
+            await events.until("session.created")
+            await ws.send(json.dumps({"type": "session.update", "session": VAD}))
+            await ws_append_chunked(ws, pcm)
+            await events.until("response.done")
+            samples = await scrape(running)
+    await ex.aclose()
+    for stage, phase in [
+        ("asr", "transcript"),
+        ("llm", "first_token"),
+        ("llm", "total"),
+        ("tts", "first_audio"),
+    ]:
+        labels = {"stage": stage, "where": "embedded", "phase": phase}
+        assert value(samples, "parley_stage_seconds_count", **labels) == 1, labels
+        assert value(samples, "parley_stage_seconds_count", **{**labels, "where": "remote"}) == 0
