@@ -351,9 +351,12 @@ class CascadeExecutor(SpeculatingExecutor):
 
     def _time_transcript(self, prompt: Prompt) -> None:
         """The recognition of the turn answered (the prompt's last item), if it was
-        recognized here."""
-        wait = self.transcripts.waits.get(prompt.items[-1].id) if prompt.items else None
-        if wait is not None:
+        recognized here: once, for the first response that waited for it (an early
+        answer's turn is text, and times its own wait)."""
+        turn = prompt.items[-1] if prompt.items else None
+        if turn is None or turn.audio is None:
+            return
+        if (wait := self.transcripts.waits.pop(turn.id, None)) is not None:
             where, request_id = self.transcripts.where, prompt.request_id
             seconds, speculative = wait.seconds, wait.speculative
             self._timed(StageTiming("asr", where, "transcript", seconds, request_id, speculative))

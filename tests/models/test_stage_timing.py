@@ -54,6 +54,11 @@ async def test_each_stage_of_a_spoken_answer_is_timed_once() -> None:
         ("llm", "embedded", "total", 0.75, False),  # 0.2, the first synthesis, 0.5
     }
     assert ex.stage_timings(RID) == []  # taken once
+    # Asked again for the same turn, the model has its text at once.
+    again = Prompt("resp_2", "Be brief.", (item,))
+    async for _ in ex.generate(again):
+        pass
+    assert "asr" not in {t.stage for t in ex.stage_timings("resp_2")}
     await ex.aclose()
 
 
