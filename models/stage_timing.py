@@ -45,7 +45,9 @@ class StageTiming:
     seconds: float
     request_id: str
     # asr: the text came from the recognition begun at a pause before the turn was
-    # committed, so `seconds` is only what was left of it (often nothing).
+    # committed: `seconds` is the wait of whoever asked for it (an early answer, begun
+    # with it, waits for all of it; a commit after it finished, for nothing), spent
+    # while the user's pause went on.
     speculative: bool = False
 
 

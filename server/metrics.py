@@ -121,7 +121,7 @@ class Metrics:
         self.speculative_transcripts = Counter(
             "parley_speculative_transcripts",
             "Turns answered from the recognition begun at a pause before they were "
-            "committed (their asr transcript time is only what was left of it).",
+            "committed (their asr transcript time was spent during the user's pause).",
             registry=r,
         )
         self.executor_queued = Gauge(
