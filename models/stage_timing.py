@@ -51,14 +51,14 @@ class StageTiming:
     speculative: bool = False
 
 
+@dataclass
 class StageTimings:
     """The timings of each request until taken; the first of each stage and phase
     counts (a response that runs the model again, after an MCP tool, keeps its
-    first call's)."""
+    first call's). A dataclass, as the stats it is part of (a benchmark reads them)."""
 
-    def __init__(self, keep: int = KEEP_REQUESTS) -> None:
-        self._by_request: OrderedDict[str, list[StageTiming]] = OrderedDict()
-        self._keep = keep
+    keep: int = KEEP_REQUESTS
+    by_request: OrderedDict[str, list[StageTiming]] = field(default_factory=OrderedDict)
 
     def add(self, timing: StageTiming) -> None:
         found = self._list(timing.request_id)
@@ -68,17 +68,17 @@ class StageTimings:
     def share(self, key: str, with_key: str) -> None:
         """`key`'s timings are `with_key`'s, past and future (a response that
         adopted a speculative one)."""
-        self._by_request[key] = self._list(with_key)
+        self.by_request[key] = self._list(with_key)
 
     def take(self, key: str) -> list[StageTiming]:
-        return list(self._by_request.pop(key, ()))
+        return list(self.by_request.pop(key, ()))
 
     def _list(self, key: str) -> list[StageTiming]:
-        found = self._by_request.get(key)
+        found = self.by_request.get(key)
         if found is None:
-            found = self._by_request[key] = []
-            while len(self._by_request) > self._keep:
-                self._by_request.popitem(last=False)
+            found = self.by_request[key] = []
+            while len(self.by_request) > self.keep:
+                self.by_request.popitem(last=False)
         return found
 
 

@@ -5,11 +5,13 @@ on a clock the fake stages move, so every value is known exactly."""
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import asdict
 
 import numpy as np
 import pytest
 
-from models.base import OutputChunk, Prompt, PromptItem
+from models.base import ExecutorStats, OutputChunk, Prompt, PromptItem
 from models.speech.transcripts import Transcripts, Wait
 from models.stage_timing import StageTimer, StageTiming, StageTimings
 from tests.support.clock import FakeClock
@@ -172,3 +174,10 @@ async def test_an_adopted_early_answer_brings_its_times_and_its_speculative_tran
     (heard,) = [t for t in timings if t.stage == "asr"]
     assert (heard.seconds, heard.speculative) == (0.0, True)  # no wait left
     await ex.aclose()
+
+
+def test_stats_with_timings_stay_plain_data_a_benchmark_serves_as_json() -> None:
+    stats = ExecutorStats()
+    stats.timings.add(StageTiming("tts", "remote", "first_audio", 0.1, "r"))
+    served = json.loads(json.dumps(asdict(stats)))  # bench/probed_server.py's /bench/executor
+    assert served["timings"]["by_request"]["r"][0]["phase"] == "first_audio"
