@@ -11,7 +11,7 @@ import numpy as np
 
 from engine.conversation import Item, McpFields
 from engine.protocol import ItemIn, ProtocolError
-from models.base import PCM_RATE, PromptItem
+from models.base import PCM_RATE, PromptItem, SpeechHint
 
 
 def item_from_wire(
@@ -94,10 +94,10 @@ def item_from_wire(
     return item
 
 
-def prompt_item(item: Item) -> PromptItem:
+def prompt_item(item: Item, hint: SpeechHint | None = None) -> PromptItem:
     """What an executor sees of a message or function call item: user audio as
-    audio, text and transcripts as text, function calls and their outputs as they
-    are."""
+    audio (with the session's `hint` for its recognition), text and transcripts as
+    text, function calls and their outputs as they are."""
     assert item.kind in ("message", "function_call", "function_call_output"), item.kind
     text = item.text if item.text is not None else (item.transcript or None)
     return PromptItem(
@@ -105,6 +105,7 @@ def prompt_item(item: Item) -> PromptItem:
         item.role,
         audio=item.audio if item.role == "user" else None,
         rate=item.rate,
+        hint=hint if item.role == "user" and item.audio is not None else None,
         text=text,
         kind=item.kind,  # narrowed by the assert
         call_id=item.call_id,
@@ -114,7 +115,7 @@ def prompt_item(item: Item) -> PromptItem:
     )
 
 
-def prompt_items(item: Item) -> tuple[PromptItem, ...]:
+def prompt_items(item: Item, hint: SpeechHint | None = None) -> tuple[PromptItem, ...]:
     """What an executor sees of any conversation item: an MCP call the server ran is
     a function call and its output (the model called it, and reads the result); an
     MCP listing and approvals are not the model's to read."""
@@ -141,7 +142,7 @@ def prompt_items(item: Item) -> tuple[PromptItem, ...]:
         )
     if item.kind.startswith("mcp_"):
         return ()
-    return (prompt_item(item),)
+    return (prompt_item(item, hint),)
 
 
 def _pcm(audio: str, param: str, event_id: str | None) -> np.ndarray:

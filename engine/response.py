@@ -188,7 +188,7 @@ def prompt_for(
     return response_prompt(
         resp.id,
         request,
-        tuple(p for i in (*source, *ran) for p in prompt_items(i)),
+        tuple(p for i in (*source, *ran) for p in prompt_items(i, config.speech_hint)),
         config,
         session_id,
         modalities=resp.modalities,
@@ -212,7 +212,7 @@ def speculative_prompt(
     return response_prompt(
         request_id,
         ResponseRequest(from_client=False),
-        (*(p for i in items for p in prompt_items(i)), turn),
+        (*(p for i in items for p in prompt_items(i, config.speech_hint)), turn),
         config,
         session_id,
         modalities=config.output_modalities,

@@ -569,7 +569,8 @@ class Session:
         if self._speech is None:
             return None
         item_id, start = self._speech
-        return PromptItem(item_id, "user", audio=self.buffer.copy(start, self.buffer.end))
+        audio = self.buffer.copy(start, self.buffer.end)
+        return PromptItem(item_id, "user", audio=audio, hint=self.config.speech_hint)
 
     def _turn_ms(self) -> int:
         """The turn in progress so far, in ms of audio (0: none)."""
@@ -648,7 +649,7 @@ class Session:
             self.observer.committed(self.session_id, item_id)
         self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
         self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
-        turn = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE)
+        turn = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE, hint=self.config.speech_hint)
         self.turns.speculation.committed(item_id)
         # Closing a committed turn makes this preparation response-bound: no response
         # may start before the model has the turn.
@@ -753,7 +754,8 @@ class Session:
         items = self.conversation.items
         for item in audio_to_release(items, limits.max_history_audio_ms, in_use):
             if item.role == "user" and item.kind == "message" and not item.transcript:
-                self.transcription.start(prompt_item(item), for_client=False)
+                turn = prompt_item(item, self.config.speech_hint)
+                self.transcription.start(turn, for_client=False)
             item.release_audio()
         dropped = items_to_drop(
             items, limits.max_history_items, limits.max_history_text_chars, in_use

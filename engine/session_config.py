@@ -27,7 +27,7 @@ from engine.protocol import (
 )
 from engine.semantic_turns import SemanticVadParams
 from engine.turns import ServerVadParams
-from models.base import Tool
+from models.base import SpeechHint, Tool
 
 Modality = Literal["text", "audio"]
 DEFAULT_VAD = ServerVadParams()
@@ -65,6 +65,15 @@ class SessionConfig:
     # was sent as the far end; never echoed in session.updated.
     echo_cancellation: bool = False
     echo_cancel_input: bool = False
+
+    @property
+    def speech_hint(self) -> SpeechHint | None:
+        """The recognizer's hint from `audio.input.transcription`: its language and
+        prompt (None: neither given)."""
+        t = self.input_transcription
+        if t is None or (t.language is None and not t.prompt):
+            return None
+        return SpeechHint(t.language, t.prompt or None)
 
 
 def apply_update(

@@ -11,16 +11,28 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from models.stage_timing import StageTiming, StageTimings
 
+if TYPE_CHECKING:
+    from models.remote_http import Replicas
+
 # The rate the engine and the executors exchange audio at: int16 mono, 24 kHz.
 PCM_RATE = 24_000
 
 ItemKind = Literal["message", "function_call", "function_call_output"]
+
+
+@dataclass(frozen=True)
+class SpeechHint:
+    """What the session's `audio.input.transcription` tells the recognizer about
+    the user's speech: its language (ISO-639-1) and a prompt of likely words."""
+
+    language: str | None = None
+    prompt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,7 @@ class PromptItem:
     name: str | None = None  # function_call
     arguments: str | None = None  # function_call, JSON text
     output: str | None = None  # function_call_output
+    hint: SpeechHint | None = None  # user audio: the session's transcription settings
 
 
 @dataclass(frozen=True)
@@ -199,6 +212,10 @@ class Executor(ABC):
         """The text of a user audio item for the client's input transcription
         events, or None when this executor cannot transcribe."""
         return None
+
+    def remote_stages(self) -> list[Replicas]:
+        """The stages that run on remote servers, for /healthz and its probe."""
+        return []
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release model resources."""

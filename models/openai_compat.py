@@ -23,7 +23,6 @@ import asyncio
 import base64
 import contextlib
 import io
-import logging
 import time
 import wave
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -36,15 +35,9 @@ from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
 from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt
 from models.chat_backends import (
     Attempt,
-    BackendError,
-    Retryable,
     Server,
     ServerOptions,
-    api_base,
-    broken,
-    check_status,
     event_data,
-    http_failures,
     parse_event,
     session_key,
 )
@@ -53,15 +46,14 @@ from models.chat_backends import (
 from models.chat_backends import CallParts as _CallParts
 from models.chat_backends import function_calls as function_calls
 from models.chat_backends import merge_tool_call_deltas as merge_tool_call_deltas
-from models.chat_backends import rendezvous as rendezvous
+from models.remote_http import RemoteError, Retryable, api_base, listed_models
+from models.remote_http import rendezvous as rendezvous
 from models.speech.asr import SpeechRecognizer
 from models.speech.audio import resample_int16
 from models.speech.speaker import Speaker
 from models.speech.tts import wav_samples
 from models.text_then_speech import RequestState, TextThenSpeechExecutor, TextThenSpeechStats
 from models.tool_text import tool_schema
-
-log = logging.getLogger(__name__)
 
 # pcm16 audio deltas of the OpenAI API: the engine's rate, so they pass through as is.
 OPENAI_AUDIO_RATE = PCM_RATE
@@ -200,17 +192,23 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         before those that failed lately."""
         return self.replicas.order(prompt.session_id or session_key(prompt.request_id))
 
-    async def _model(self, url: str) -> str:
+    async def _model(self, attempt: Attempt) -> str:
+        """The model to ask for: the configured one, else the first the replica lists
+        (asked once per replica, when it is first used)."""
         if self.options.model is not None:
             return self.options.model
+        url = attempt.url
         if url not in self._models:
             response = await self.server.http().get(api_base(url) + "/models")
             if response.status_code >= 400:
-                raise Retryable(f"backend {url} listed no models (HTTP {response.status_code})")
-            listed = response.json().get("data") or []
+                raise Retryable(f"{attempt.who} listed no models (HTTP {response.status_code})")
+            try:
+                listed = listed_models(response.json())
+            except ValueError:
+                listed = []
             if not listed:
-                raise BackendError(f"backend {url} serves no model")
-            self._models[url] = str(listed[0]["id"])
+                raise RemoteError(f"{attempt.who} serves no model")
+            self._models[url] = listed[0]
         return self._models[url]
 
     # --- executor ---------------------------------------------------------------------
@@ -266,7 +264,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                         calls.extend(delta.calls)
                         yield delta.text
 
-                async with contextlib.aclosing(self._speak(texts(), request_id, state)) as spoken:
+                async with contextlib.aclosing(self._speak(texts(), prompt, state)) as spoken:
                     async for chunk in spoken:
                         yield chunk
                 for call in calls:  # after what was said before them
@@ -318,48 +316,36 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         """Every attempt of one request, deltas into `state.queue`; the outcome
         (None, or the error) last."""
         request_id = prompt.request_id
-        attempts = self.options.retries + 1
-        failures: list[str] = []
         try:
-            tried: list[str] = []
-            for attempt in range(attempts):
-                url = self.replicas.pick(prompt.session_id or session_key(request_id), tried)
-                tried.append(url)
+            tries = self.replicas.attempts(prompt.session_id or session_key(request_id))
+            for number, url in enumerate(tries, 1):
                 state.backend = url
                 self.stats.chosen[request_id] = url
-                self.stats.attempts[request_id] = attempt + 1
-                try:
-                    await self._attempt(url, prompt, state)
+                self.stats.attempts[request_id] = number
+                with tries.retrying(url):
+                    await self._attempt(Attempt(self.options, url), prompt, state)
                     state.queue.put_nowait(None)
                     return
-                except Retryable as exc:
-                    self.replicas.mark_down(url)
-                    failures.append(str(exc))
-                    log.warning("request %s: attempt %d: %s", request_id, attempt + 1, exc)
-            raise BackendError(
-                f"the model backend did not answer after {attempts} attempts: "
-                + "; ".join(failures)
-            )
+            raise tries.gave_up()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             state.queue.put_nowait(exc)
 
-    async def _attempt(self, url: str, prompt: Prompt, state: _Request) -> None:
+    async def _attempt(self, attempt: Attempt, prompt: Prompt, state: _Request) -> None:
         """One request to one backend. Raises Retryable while nothing was heard."""
-        attempt = Attempt(url)
         state.calls.clear()  # a retry starts the reply over
-        with http_failures(attempt, self.options.read_timeout_s):
-            body = self.body(prompt, await self._model(url))
-            endpoint = api_base(url) + "/chat/completions"
+        with attempt.failures():
+            body = self.body(prompt, await self._model(attempt))
+            endpoint = api_base(attempt.url) + "/chat/completions"
             async with self.server.http().stream("POST", endpoint, json=body) as response:
-                await check_status(url, response)
+                await attempt.check_status(response)
                 done = False
                 async for data in event_data(response):
                     if data is None:
                         done = True
                         break
-                    delta = self._parse(url, data, prompt.request_id, state)
+                    delta = self._parse(attempt.who, data, prompt.request_id, state)
                     if delta is None:
                         continue
                     # A call begun: no retry elsewhere.
@@ -369,12 +355,12 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                         self.stats.mark(prompt.request_id, "first_token")
                         state.queue.put_nowait(delta)
                 if not done:
-                    raise broken(url, attempt.heard, "closed the stream before the answer ended")
+                    raise attempt.broken("closed the stream before the answer ended")
                 if calls := function_calls(state.calls, prompt.request_id):
                     state.queue.put_nowait(_Delta(calls=calls))
 
-    def _parse(self, url: str, data: str, request_id: str, state: _Request) -> _Delta | None:
-        event = parse_event(url, data)
+    def _parse(self, who: str, data: str, request_id: str, state: _Request) -> _Delta | None:
+        event = parse_event(who, data)
         choices = event.get("choices") or []
         if not choices:
             return None  # the usage event

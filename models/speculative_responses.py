@@ -30,6 +30,13 @@ UNCLAIMED_S = 15.0
 Generate = Callable[[Prompt], AsyncGenerator[OutputChunk, None]]
 
 
+class Declined(Exception):
+    """Raised by an early answer, before its first chunk, that cannot answer (the
+    cascade's, when its turn has no speculative transcript: the recognizer was busy
+    in the pause). The response that would adopt it answers afresh instead of
+    adopting an empty answer."""
+
+
 @dataclass
 class _Speculation:
     item_id: str
@@ -101,10 +108,22 @@ class SpeculativeResponses:
         the response's too, and its counters once it ends), or `fresh(prompt)`."""
         adopted = self.take(prompt)
         model_id = self.resolve(prompt.request_id)
+        first: OutputChunk | None = None
+        if adopted is not None:
+            try:
+                first = await anext(adopted)
+            except StopAsyncIteration:
+                pass  # an empty answer, adopted as it is
+            except Declined:
+                self.stats.responses_used -= 1
+                self.stats.responses_declined += 1
+                adopted, model_id = None, prompt.request_id
         if adopted is not None:
             stats.share_marks(prompt.request_id, model_id)
         chunks = fresh(prompt) if adopted is None else adopted
         try:
+            if first is not None:
+                yield first
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
                     yield chunk

@@ -14,7 +14,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from models.base import ExecutorStats, OutputChunk, PromptItem
+from models.base import ExecutorStats, OutputChunk, Prompt, PromptItem
+from models.remote_http import Replicas, replicas_of
 from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
@@ -56,6 +57,9 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         self._aborted_early: OrderedDict[str, None] = OrderedDict()
         self.clock: Clock = time.monotonic  # times the synthesizer (models/stage_timing.py)
 
+    def remote_stages(self) -> list[Replicas]:
+        return replicas_of(self, self.transcripts.recognizer, self.speaker.tts)
+
     async def prepare(self, item: PromptItem) -> None:
         if item.role == "user" and item.text is None:
             self.transcripts.start(item)  # for history and the client; never awaited here
@@ -72,10 +76,11 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         return state
 
     def _speak(
-        self, pieces: AsyncGenerator[str, None], request_id: str, state: R
+        self, pieces: AsyncGenerator[str, None], prompt: Prompt, state: R
     ) -> AsyncGenerator[OutputChunk, None]:
-        """The reply's text pieces spoken sentence by sentence; stops at an abort."""
-        speaker = self.speaker
+        """The reply's text pieces spoken sentence by sentence in the session's voice
+        (a remote synthesizer maps it to one of its own); stops at an abort."""
+        speaker, request_id = self.speaker, prompt.request_id
         timer = StageTimer("tts", speaker.where, request_id, self.stats.timings.add, self.clock)
         return speak_text(
             pieces,
@@ -83,6 +88,7 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
             speak=True,
             stopped=lambda: state.aborted,
             on_audio=lambda: self.stats.mark(request_id, "first_audio"),
+            voice=prompt.voice,
             timer=timer,
         )
 

@@ -304,7 +304,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
                         async for piece in said:
                             yield OutputChunk(text=piece)
                 else:
-                    async with contextlib.aclosing(self._speak(said, request_id, state)) as spoken:
+                    async with contextlib.aclosing(self._speak(said, prompt, state)) as spoken:
                         async for chunk in spoken:
                             yield chunk
                 if splitter is not None and splitter.calling and not state.aborted:

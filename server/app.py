@@ -50,6 +50,7 @@ from server.logs import LogObserver, install_redaction
 from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
 from server.observers import compose
 from server.realtime import RealtimeEndpoint
+from server.remote_stages import probe_forever, stages_health
 from server.sessions import SessionHub
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ def voice_options(settings: Settings) -> VoiceOptions:
         asr_remote=asr_remote,
         tts_remote=tts_remote,
         tts_voices=voice_table(settings.tts_voices),
+        device=settings.speech_device,
     )
 
 
@@ -185,7 +187,11 @@ def create_app(
     scorer = SoundAndWords(end_of_turn, text_turn) if end_of_turn and text_turn else end_of_turn
     # Hears speech held while the assistant talks (turn_detection.interruption, on by
     # default); its model loads in the background once the server starts.
-    hearing = WhisperHearing(settings.hearing_model, queue_limit=settings.model_queue_limit)
+    hearing = WhisperHearing(
+        settings.hearing_model,
+        queue_limit=settings.model_queue_limit,
+        device=settings.speech_device,
+    )
     # Reaches the MCP servers a session names (`type: "mcp"` tools), for every session.
     mcp_client = StreamableHttpMcp(policy_of(settings.mcp_allowed_origins, settings.mcp_public))
     # No audio or key in any server or library log line, at any level.
@@ -210,6 +216,12 @@ def create_app(
         await model_executor.start()  # vLLM's engine starts here (in the loop)
         hearing.prepare()
         probe = None
+        stages = model_executor.remote_stages()
+        stage_probe = None
+        if stages and settings.stage_probe_s > 0:
+            stage_probe = asyncio.create_task(
+                probe_forever(stages, settings.stage_probe_s), name="stage-probe"
+            )
         if metrics is not None:
             clock = asyncio.get_running_loop().time
             probe = asyncio.create_task(probe_loop(metrics, queued, clock), name="probe")
@@ -217,10 +229,11 @@ def create_app(
             yield
         finally:
             await calls.close()
-            if probe is not None:
-                probe.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await probe
+            for task in (probe, stage_probe):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if metrics is not None and metrics.multiprocess_dir is not None:
                 mark_dead(metrics.multiprocess_dir, os.getpid())  # its gauges go with it
             if isinstance(vad, VadBatcher):
@@ -297,7 +310,12 @@ def create_app(
         # Model calls waiting for a free slot (the cascade bounds each stage).
         queued = model_executor.queued
         status = "draining" if hub.draining else "ok"
-        return {"status": status, "sessions": hub.sessions, "model_queue": queued}
+        report: dict[str, Any] = {"status": status, "sessions": hub.sessions, "model_queue": queued}
+        # The remote model stages' health. Not part of liveness: restarting Parley
+        # would not bring a model server back.
+        if stages := model_executor.remote_stages():
+            report["remote_stages"] = stages_health(stages)
+        return report
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:

@@ -356,6 +356,7 @@ def worker_app() -> Any:
 def print_models() -> int:
     from models.inventory import installed_models, remote_models
     from models.remote_http import describe_remote
+    from models.speech.device import where_speech_runs
     from server.remote_stages import remote_speech
 
     settings = Settings()
@@ -364,15 +365,17 @@ def print_models() -> int:
     # The remote speech stages configured (PARLEY_ASR_URL, PARLEY_TTS_URL): where they run.
     asr, tts = remote_speech(settings)
     if asr is not None:
-        rows.append(describe_remote("asr", asr, "/v1/audio/transcriptions"))
+        rows.append(describe_remote(asr, "/v1/audio/transcriptions"))
     if tts is not None:
-        rows.append(describe_remote("tts", tts, "/v1/audio/speech"))
+        rows.append(describe_remote(tts, "/v1/audio/speech"))
     print(f"{'stage':5}  {'model':38}  {'size':>9}  {'licence':28}  source / path")
     for m in rows:
         size = f"{m.size_bytes / 1e6:.1f} MB" if m.size_bytes else "-"
         print(f"{m.stage:5}  {m.name:38}  {size:>9}  {m.license:28}  {m.source}")
         print(f"{'':5}  {'':38}  {'':>9}  {'':28}  {m.path}")
-    return 0 if all(m.path not in ("missing",) for m in rows) else 1
+    devices, can_start = where_speech_runs(settings.speech_device)
+    print(devices)
+    return 0 if can_start and all(m.path not in ("missing",) for m in rows) else 1
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ VadBackendName = Literal["silero", "webrtc"]
 ExecutorName = Literal["cascade", "scripted", "vllm", "openai_compat"]
 PromptStyleName = Literal["auto", "qwen2_audio", "ultravox", "minicpmo", "voxtral"]
 TtsEngineName = Literal["auto", "piper", "flite"]
+SpeechDeviceName = Literal["auto", "cpu", "cuda"]
 
 
 class Settings(BaseSettings):
@@ -60,6 +61,10 @@ class Settings(BaseSettings):
     llm_model: Path | None = None
     tts_engine: TtsEngineName = "auto"
     tts_voice: Path | None = None
+    # Where the embedded Whisper (recognizer and hearing) and Piper run: auto takes a
+    # CUDA GPU when CTranslate2 (Whisper) or onnxruntime-gpu (Piper) can use one; cuda
+    # refuses to start without one (models/speech/device.py).
+    speech_device: SpeechDeviceName = "auto"
     # Concurrent calls into each model stage; more sessions wait their turn.
     model_concurrency: int = Field(default=1, ge=1)
     max_output_tokens: int = Field(default=120, ge=1)
@@ -242,6 +247,9 @@ class Settings(BaseSettings):
     # each of its chunks), may take; further attempts before an answer starts.
     speech_timeout_s: float = Field(default=30.0, gt=0)
     speech_retries: int = Field(default=2, ge=0)
+    # How often every remote stage's replicas are asked `GET /v1/models`, so /healthz
+    # shows each stage's health while no request uses it (0: only requests tell).
+    stage_probe_s: float = Field(default=15.0, ge=0)
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -79,6 +79,7 @@ ALLOWED_WITHIN = {
         "models.base",
         "models.errors",
         "models.speech.audio",
+        "models.speech.device",
         "models.speech.files",
         "models.speech.whisper_files",
         "models.speech.whisper_window",

@@ -32,7 +32,9 @@ from models.base import PCM_RATE, ExecutorStats, FunctionCall, OutputChunk, Prom
 from models.cascade.llm import LanguageModel
 from models.cascade.remote_llm import RemoteLanguageModel
 from models.cascade.text import ChatMessage, chat_messages, spoken_end
+from models.remote_http import Replicas, replicas_of
 from models.speculating import SpeculatingExecutor
+from models.speculative_responses import Declined
 from models.speech.asr import SpeechRecognizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, SpeakOutcome, speak_text
@@ -122,6 +124,9 @@ class CascadeExecutor(SpeculatingExecutor):
     def queued(self) -> int:
         return sum(s.queued for s in self.slots.values())
 
+    def remote_stages(self) -> list[Replicas]:
+        return replicas_of(self.asr, self.llm, self.tts)
+
     def running(self, request_id: str) -> bool:
         """Whether the response `request_id` still has model work in flight."""
         return self.responses.resolve(request_id) in self._aborts
@@ -154,12 +159,13 @@ class CascadeExecutor(SpeculatingExecutor):
 
     async def _answer_early(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         """An early answer: its turn (not committed) read from the speculative
-        recognition, which it never adopts; nothing if there is none."""
+        recognition, which it never adopts. Without one (the recognizer was busy in
+        the pause) it declines, and the committed turn is answered afresh."""
         *before, turn = prompt.items
         asked = self.clock()
         text = await self.transcripts.speculative_text(turn.id)
         if not text:
-            return
+            raise Declined(f"no speculative transcript of {turn.id}")
         waited = max(0.0, self.clock() - asked)
         where = self.transcripts.where
         self._timed(StageTiming("asr", where, "transcript", waited, prompt.request_id, True))

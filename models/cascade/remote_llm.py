@@ -18,45 +18,38 @@ byte and failover are models/chat_backends.py's, as for `openai_compat`.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import httpx
-
 from models.audio_prompt import build_audio_prompt
 from models.base import FunctionCall, Prompt
 from models.chat_backends import (
     Attempt,
-    BackendError,
     CallParts,
-    Retryable,
     Server,
     ServerOptions,
-    api_base,
-    auth_headers,
-    broken,
-    check_status,
     event_data,
     function_calls,
-    http_failures,
     merge_tool_call_deltas,
     parse_event,
     session_key,
 )
-from models.errors import ModelMissing
 from models.openai_compat import chat_messages, chat_tools
+from models.remote_http import RemoteError, StageFixes, api_base, served_model
 from models.speech.files import ModelInfo
 
-log = logging.getLogger(__name__)
-
-STAGE = "the cascade's language model (--llm-url)"
+LLM_FIXES = StageFixes(
+    unreachable="start the server, or fix --llm-url / PARLEY_LLM_URL (e.g. http://host:8000/v1)",
+    key="set PARLEY_LLM_API_KEY",
+    model="name a model the server lists with --llm-model / PARLEY_LLM_MODEL",
+)
 
 
 @dataclass(frozen=True)
 class RemoteLLMOptions(ServerOptions):
+    stage: str = "llm"
     temperature: float = 0.7
     max_context_tokens: int = 4096  # the server's context length, for the history
 
@@ -96,14 +89,6 @@ def request_body(
     } | chat_tools(prompt)
 
 
-def listed_models(payload: Any) -> list[str]:
-    """The model ids of a `GET /v1/models` answer; [] when it is not one."""
-    data = payload.get("data") if isinstance(payload, dict) else None
-    if not isinstance(data, list):
-        return []
-    return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
-
-
 class RemoteLanguageModel:
     calls_tools = True  # the server's tool parser reads the calls
 
@@ -116,33 +101,13 @@ class RemoteLanguageModel:
         self.model = options.model
         self.name = options.model or "remote"
         self.server = Server(options, clock)
+        self.replicas = self.server.replicas
 
     def check(self) -> None:
         """At start: every replica answers `GET /v1/models` and lists the model (or,
         without one named, some model: the first of the first replica's is used).
         Raises ModelMissing naming the stage and the replica. Blocking."""
-        o = self.options
-        timeout = httpx.Timeout(o.read_timeout_s, connect=o.connect_timeout_s)
-        with httpx.Client(timeout=timeout, headers=auth_headers(o.api_key)) as client:
-            for url in self.options.urls:
-                try:
-                    response = client.get(api_base(url) + "/models")
-                    response.raise_for_status()
-                    models = listed_models(response.json())
-                except (httpx.HTTPError, ValueError) as exc:
-                    raise ModelMissing(
-                        f"{STAGE}: {url} did not list its models ({exc}).",
-                        "start the server, or fix --llm-url / PARLEY_LLM_URL "
-                        "(e.g. http://host:8000/v1) and PARLEY_LLM_API_KEY",
-                    ) from None
-                if self.model is None and models:
-                    self.model = self.name = models[0]
-                if self.model not in models:
-                    raise ModelMissing(
-                        f"{STAGE}: {url} does not serve {self.model or 'any model'} "
-                        f"(it lists {', '.join(models) or 'none'}).",
-                        "name a listed model with --llm-model / PARLEY_LLM_MODEL",
-                    )
+        self.model = self.name = served_model(self.options, LLM_FIXES, must_list=True)
 
     async def reply(
         self, prompt: Prompt, transcripts: Mapping[str, str], *, max_tokens: int
@@ -151,54 +116,43 @@ class RemoteLanguageModel:
         the first byte of an answer a failed attempt is retried, on the next replica
         when there are several; closing this generator closes the stream."""
         if self.model is None:
-            raise BackendError(f"{STAGE} has no model: check() was not run")
+            raise RemoteError("the llm stage has no model: check() was not run")
         body = request_body(
             prompt, transcripts, model=self.model, max_tokens=max_tokens, options=self.options
         )
-        key = prompt.session_id or session_key(prompt.request_id)
-        tried: list[str] = []
-        failures: list[str] = []
-        for number in range(1, self.options.retries + 2):
-            url = self.server.replicas.pick(key, tried)
-            tried.append(url)
-            try:
-                attempt = self._attempt(Attempt(url), body, prompt.request_id)
+        tries = self.server.replicas.attempts(prompt.session_id or session_key(prompt.request_id))
+        for url in tries:
+            with tries.retrying(url):
+                attempt = self._attempt(Attempt(self.options, url), body, prompt.request_id)
                 async with contextlib.aclosing(attempt):  # closed here, not by the GC
                     async for piece in attempt:
                         yield piece
                 return
-            except Retryable as exc:
-                self.server.replicas.mark_down(url)
-                failures.append(str(exc))
-                log.warning("request %s: attempt %d: %s", prompt.request_id, number, exc)
-        raise BackendError(
-            f"{STAGE} did not answer after {len(tried)} attempts: " + "; ".join(failures)
-        )
+        raise tries.gave_up()
 
     async def _attempt(
         self, attempt: Attempt, body: dict[str, Any], request_id: str
     ) -> AsyncGenerator[str | FunctionCall, None]:
-        url = attempt.url
         calls: dict[int, CallParts] = {}
-        with http_failures(attempt, self.options.read_timeout_s):
-            endpoint = api_base(url) + "/chat/completions"
+        with attempt.failures():
+            endpoint = api_base(attempt.url) + "/chat/completions"
             async with self.server.http().stream("POST", endpoint, json=body) as response:
-                await check_status(url, response)
+                await attempt.check_status(response)
                 async for data in event_data(response):
                     if data is None:
                         for call in function_calls(calls, request_id):
                             yield call
                         return
-                    text = self._delta(url, data, calls)
+                    text = self._delta(attempt.who, data, calls)
                     attempt.heard = attempt.heard or bool(text) or bool(calls)
                     if text:
                         yield text
-                raise broken(url, attempt.heard, "closed the stream before the answer ended")
+                raise attempt.broken("closed the stream before the answer ended")
 
     @staticmethod
-    def _delta(url: str, data: str, calls: dict[int, CallParts]) -> str:
+    def _delta(who: str, data: str, calls: dict[int, CallParts]) -> str:
         """One event's text; its tool-call deltas are folded into `calls`."""
-        choices = parse_event(url, data).get("choices") or []
+        choices = parse_event(who, data).get("choices") or []
         if not choices:
             return ""  # the usage event
         delta = choices[0].get("delta") or {}

@@ -32,6 +32,7 @@ import soxr
 
 from models.base import PCM_RATE
 from models.listening.fair_pool import FairPool
+from models.speech.device import Placement, SpeechDevice, place_whisper
 from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
 from models.speech.whisper_window import MAX_WINDOW_S, mel_window, window_s
 
@@ -71,7 +72,7 @@ def hearing_of(text: str, mean_logprob: float, no_speech: float) -> Hearing:
 class _Whisper:
     """The loaded model, its tokenizer and feature extractor."""
 
-    def __init__(self, model: str, threads: int, parallel: int) -> None:
+    def __init__(self, model: str, threads: int, parallel: int, placement: Placement) -> None:
         import ctranslate2  # heavy imports: only when used
         import tokenizers
         from faster_whisper.feature_extractor import FeatureExtractor
@@ -81,8 +82,8 @@ class _Whisper:
         self._ct2 = ctranslate2
         self.model = ctranslate2.models.Whisper(
             str(path),
-            device="cpu",
-            compute_type="int8",
+            device=placement.device,
+            compute_type=placement.compute_type,
             intra_threads=threads,
             inter_threads=parallel,
         )
@@ -124,7 +125,11 @@ class WhisperHearing:
         threads: int = 1,
         parallel: int = 2,
         queue_limit: int | None = None,
+        device: SpeechDevice = "auto",
     ) -> None:
+        if device == "cuda":  # refused at start, not at the first hearing
+            place_whisper(device)
+        self._device: SpeechDevice = device
         self._model_name = model
         self._threads = threads
         self._parallel = parallel
@@ -149,7 +154,8 @@ class WhisperHearing:
     def _load(self) -> _Whisper:
         with self._lock:
             if self._whisper is None:
-                self._whisper = _Whisper(self._model_name, self._threads, self._parallel)
+                placement = place_whisper(self._device)
+                self._whisper = _Whisper(self._model_name, self._threads, self._parallel, placement)
             return self._whisper
 
     def hear(self, pcm: npt.NDArray[np.int16]) -> Hearing:

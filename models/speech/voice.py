@@ -10,6 +10,7 @@ from typing import Literal
 from models.base import PCM_RATE
 from models.remote_http import RemoteOptions
 from models.speech.asr import SpeechRecognizer, WhisperRecognizer
+from models.speech.device import SpeechDevice
 from models.speech.remote_asr import RemoteRecognizer
 from models.speech.remote_tts import RemoteSynthesizer
 from models.speech.slots import StageSlots
@@ -33,23 +34,24 @@ class VoiceOptions:
     asr_remote: RemoteOptions | None = None  # None: the embedded Whisper
     tts_remote: RemoteOptions | None = None  # None: Piper or Flite
     tts_voices: dict[str, str] = field(default_factory=dict)  # session voice → server's
+    device: SpeechDevice = "auto"  # where the embedded Whisper and Piper run
 
 
 def make_recognizer(options: VoiceOptions) -> SpeechRecognizer:
     """The remote recognizer when one is configured (checked now), else Whisper."""
     if options.asr_remote is not None:
         return RemoteRecognizer(options.asr_remote)
-    return WhisperRecognizer(options.asr_model)
+    return WhisperRecognizer(options.asr_model, device=options.device)
 
 
 def make_synthesizer(options: VoiceOptions) -> Synthesizer:
     if options.tts_remote is not None:
         return RemoteSynthesizer(options.tts_remote, voices=options.tts_voices)
     if options.tts_voice is not None or options.tts_engine == "piper":
-        return PiperSynthesizer(options.tts_voice)
+        return PiperSynthesizer(options.tts_voice, device=options.device)
     if options.tts_engine == "flite":
         return FliteSynthesizer()
-    return default_synthesizer()
+    return default_synthesizer(options.device)
 
 
 def make_speaker(voice: VoiceOptions, output_rate: int = PCM_RATE) -> Speaker:

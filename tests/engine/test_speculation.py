@@ -20,7 +20,7 @@ from engine.speculation import (
     speculation_step,
 )
 from engine.vad import ScriptedScorer
-from models.base import Prompt, PromptItem, prompt_key
+from models.base import Prompt, PromptItem, SpeechHint, prompt_key
 from models.scripted import ScriptedExecutor
 from models.speech.slots import StageSlots
 from models.speech.transcripts import Transcripts
@@ -72,10 +72,12 @@ class Recording(ScriptedExecutor):
         super().__init__()
         self.calls: list[tuple[str, str, int]] = []  # (hook, item id, samples)
         self.responses: list[Prompt] = []  # answer_early's prompts
+        self.hints: list[SpeechHint | None] = []  # of the turns prepared, early or not
 
     def prepare_early(self, item: PromptItem) -> None:
         assert item.audio is not None
         self.calls.append(("prepare_early", item.id, len(item.audio)))
+        self.hints.append(item.hint)
 
     def discard_speculation(self, item_id: str) -> None:
         self.calls.append(("discard", item_id, 0))
@@ -86,13 +88,17 @@ class Recording(ScriptedExecutor):
     async def prepare(self, item: PromptItem) -> None:
         assert item.audio is not None
         self.calls.append(("prepare", item.id, len(item.audio)))
+        self.hints.append(item.hint)
         await super().prepare(item)
 
 
-async def a_turn_with_a_pause(executor: Recording) -> str:
+async def a_turn_with_a_pause(executor: Recording, **transcription: str) -> str:
     """The user says a turn with a 350 ms pause inside it (under server_vad's 500 ms
-    window), then ends it; the committed item's id."""
+    window), then ends it; the committed item's id. `transcription`: the session's
+    `audio.input.transcription`, when given."""
     async with Harness(executor) as h:
+        if transcription:
+            await h.update_audio(input={"transcription": transcription})
         speech = load_wav("weather")
         pcm = np.concatenate([silence(300), speech, silence(350), speech, silence(900)])
         await append_chunked(h, pcm)
@@ -117,6 +123,20 @@ async def test_a_pause_the_user_speaks_through_is_discarded_and_the_final_one_us
     assert hooks[last + 1 :] == ["prepare"]
     speculated, prepared = calls[last][2], calls[-1][2]
     assert len(load_wav("weather")) * 2 < speculated <= prepared
+
+
+async def test_the_sessions_transcription_language_and_prompt_reach_every_recognition() -> None:
+    executor = Recording()
+    await a_turn_with_a_pause(executor)
+    assert executor.hints and set(executor.hints) == {None}  # nothing asked: no hint
+
+    executor = Recording()
+    settings = {"model": "whisper-1", "language": "de", "prompt": "Parley, Kubernetes"}
+    await a_turn_with_a_pause(executor, **settings)
+    hint = SpeechHint("de", "Parley, Kubernetes")
+    # Speculative recognitions in the pauses and the committed turn alike.
+    assert {"prepare_early", "prepare"} <= {hook for hook, _, _ in executor.calls}
+    assert set(executor.hints) == {hint}
 
 
 async def test_clearing_the_buffer_discards_the_speculation() -> None:
@@ -255,7 +275,9 @@ class GatedRecognizer:
         self.heard: list[int] = []
         self.release = threading.Event()
 
-    def transcribe(self, pcm: npt.NDArray[np.int16], rate: int) -> str:
+    def transcribe(
+        self, pcm: npt.NDArray[np.int16], rate: int, hint: SpeechHint | None = None
+    ) -> str:
         self.heard.append(len(pcm))
         assert self.release.wait(10)
         return f"{len(pcm)} samples"

@@ -9,8 +9,8 @@ import pytest
 import soxr
 
 from bench.speech import FIXTURES, load_wav
-from models.base import PCM_RATE
-from models.speech.asr import TURN_WINDOW_S, WhisperRecognizer, runs_away
+from models.base import PCM_RATE, SpeechHint
+from models.speech.asr import MAX_PROMPT_TOKENS, TURN_WINDOW_S, WhisperRecognizer, runs_away
 from models.speech.whisper_files import WHISPER_RATE
 from models.speech.whisper_window import MAX_WINDOW_S, window_s
 from tests.support.hearing import QUESTIONS, spoken_words
@@ -37,6 +37,29 @@ def test_every_word_of_a_question_is_heard(asr: WhisperRecognizer, name: str) ->
     assert spoken_words(heard) == spoken_words(QUESTIONS[name])
 
 
+def test_the_sessions_prompt_goes_before_the_task_and_its_newest_words_are_kept(
+    asr: WhisperRecognizer,
+) -> None:
+    plain = asr.decoder_prompt(None)
+    tokenizer = asr._tokenizer
+    assert plain == [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+    hinted = asr.decoder_prompt(SpeechHint(prompt="Parley, Kubernetes"))
+    assert hinted == [tokenizer.sot_prev, *tokenizer.encode(" Parley, Kubernetes"), *plain]
+    long = asr.decoder_prompt(SpeechHint(prompt="word " * 500 + "Parley"))
+    assert len(long) == 1 + MAX_PROMPT_TOKENS + len(plain)
+    assert tokenizer.decode(long[1 : 1 + MAX_PROMPT_TOKENS]).endswith("Parley")
+    # tiny.en knows English only: another language is not asked of it.
+    assert asr.language_of(SpeechHint(language="de")) == "en"
+    assert asr.decoder_prompt(SpeechHint(language="de")) == plain
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_word_is_heard_with_a_prompt_too(asr: WhisperRecognizer, name: str) -> None:
+    hint = SpeechHint("en", "A voice assistant answers questions about the weather and timers.")
+    heard = asr.transcribe(load_wav(name), PCM_RATE, hint)
+    assert spoken_words(heard) == spoken_words(QUESTIONS[name])
+
+
 def test_a_turn_window_is_ten_seconds_at_least() -> None:
     assert window_s(WHISPER_RATE * 3, TURN_WINDOW_S) == TURN_WINDOW_S
     assert window_s(WHISPER_RATE * 12, TURN_WINDOW_S) == 13
@@ -55,14 +78,14 @@ def test_a_runaway_transcript_is_heard_again_in_the_whole_window(
     asr: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pcm = load_wav("weather")
-    monkeypatch.setattr(asr, "_in_one_window", lambda audio: "the the the " * 30)
+    monkeypatch.setattr(asr, "_in_one_window", lambda audio, prompt: "the the the " * 30)
     assert asr.transcribe(pcm, PCM_RATE) == whole_window(asr, pcm)
 
 
 def test_audio_longer_than_a_window_goes_through_transcribe(
     asr: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def never(audio: np.ndarray) -> str:
+    def never(audio: np.ndarray, prompt: list[int]) -> str:
         raise AssertionError("one window cannot hold it")
 
     monkeypatch.setattr(asr, "_in_one_window", never)

@@ -7,8 +7,12 @@ yet, tools kept and a spoken answer), each driven through an in-process Session.
   scripted story stands in for the language model where a scene needs it held;
 - vllm: the vllm executor over the protocol-level fake of AsyncLLM;
 - openai_compat: the HTTP executor against the local fake OpenAI server;
+- cascade_remote_speech: the cascade with its recognizer and synthesizer on the fake
+  speech server (models/speech/remote_asr.py, remote_tts.py), its language model
+  embedded;
 - cascade_remote_llm: the cascade with its language model on the fake OpenAI server
-  (models/cascade/remote_llm.py), Whisper and Piper embedded.
+  (models/cascade/remote_llm.py), Whisper and Piper embedded;
+- cascade_remote: every stage on a fake server, no embedded model.
 
 Each kit can hold the model before its first token, let exactly the first sentence
 out, and make the next request fail; a scene waits on those gates, and on real
@@ -53,8 +57,9 @@ from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm
 from tests.support.harness import Harness
 
 KINDS = ["scripted", "cascade", "vllm", "openai_compat"]
-# Executors in a second shape: the cascade with a stage on a server.
-SHAPES = ["cascade_remote_speech", "cascade_remote_llm"]
+# Executors in a second shape: the cascade with stages on servers (all three: the
+# GPU deployment of docs/deploy.md, "GPU cascade").
+SHAPES = ["cascade_remote_speech", "cascade_remote_llm", "cascade_remote"]
 
 
 # --- scripted ------------------------------------------------------------------------
@@ -218,19 +223,26 @@ def cascade_kit(
     )
 
 
-async def cascade_remote_speech_kit(models: CascadeModels, stack: contextlib.AsyncExitStack) -> Kit:
-    """The cascade with its recognizer and synthesizer on a fake speech server."""
+async def remote_speech(
+    stack: contextlib.AsyncExitStack,
+) -> tuple[RemoteRecognizer, RemoteSynthesizer]:
+    """A recognizer and a synthesizer on a fake speech server."""
     fake = await stack.enter_async_context(running_fake_speech())
     asr = await asyncio.to_thread(RemoteRecognizer, RemoteOptions("asr", (fake.url("asr"),)))
     tts = await asyncio.to_thread(RemoteSynthesizer, RemoteOptions("tts", (fake.url("tts"),)))
-    return cascade_kit(models, asr=asr, tts=tts)
+    return asr, tts
 
 
-async def cascade_remote_llm_kit(models: CascadeModels, stack: contextlib.AsyncExitStack) -> Kit:
+async def cascade_remote_llm_kit(
+    stack: contextlib.AsyncExitStack,
+    asr: SpeechRecognizer,
+    tts: Synthesizer,
+) -> Kit:
+    """The cascade with its language model on a fake chat server."""
     fake = await stack.enter_async_context(running_fake_openai())
     options = RemoteLLMOptions(urls=(fake.url("llm"),), model="model-llm", retries=0)
     llm = RemoteLanguageModel(options)
-    ex = CascadeExecutor(models.asr, llm, models.tts)
+    ex = CascadeExecutor(asr, llm, tts)
     stack.push_async_callback(llm.aclose)
 
     async def stopped(rid: str, h: Harness) -> None:
@@ -330,10 +342,13 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
         elif kind == "cascade":
             made = cascade_kit(request.getfixturevalue("cascade_models"))
         elif kind == "cascade_remote_speech":
-            models = request.getfixturevalue("cascade_models")
-            made = await cascade_remote_speech_kit(models, stack)
+            asr, tts = await remote_speech(stack)
+            made = cascade_kit(request.getfixturevalue("cascade_models"), asr=asr, tts=tts)
         elif kind == "cascade_remote_llm":
-            made = await cascade_remote_llm_kit(request.getfixturevalue("cascade_models"), stack)
+            models = request.getfixturevalue("cascade_models")
+            made = await cascade_remote_llm_kit(stack, models.asr, models.tts)
+        elif kind == "cascade_remote":  # every stage on a server: no embedded model
+            made = await cascade_remote_llm_kit(stack, *await remote_speech(stack))
         elif kind == "vllm":
             made = await vllm_kit()
         else:
@@ -342,7 +357,8 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
             yield made
         finally:
             await made.free()
-            if not kind.startswith("cascade"):  # the cascade's models are the module's
+            # The embedded cascade's models are the module's.
+            if kind == "cascade_remote" or not kind.startswith("cascade"):
                 await made.executor.aclose()
 
 

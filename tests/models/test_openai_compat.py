@@ -17,18 +17,15 @@ import pytest
 
 from bench.speech import load_wav
 from models.base import OutputChunk, Prompt, PromptItem
-from models.openai_compat import (
-    BackendError,
-    BackendOptions,
-    OpenAICompatExecutor,
-    api_base,
-    rendezvous,
-    session_key,
-)
+from models.chat_backends import session_key
+from models.openai_compat import BackendOptions, OpenAICompatExecutor
+from models.remote_http import RemoteError, RemoteOptions, api_base, rendezvous
+from models.speech.remote_tts import RemoteSynthesizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
 from models.speech.tts import FliteSynthesizer
 from tests.support.fake_openai import FakeOpenAI, running_fake_openai
+from tests.support.fake_speech import running_fake_speech
 
 
 @pytest.fixture
@@ -124,7 +121,7 @@ async def test_dies_mid_stream_fails_clearly_without_retry(fake: FakeOpenAI) -> 
     ex = executor(url)
     got: list[OutputChunk] = []
     try:
-        with pytest.raises(BackendError) as caught:
+        with pytest.raises(RemoteError) as caught:
             async for chunk in ex.generate(prompt(audio=False)):
                 got.append(chunk)
     finally:
@@ -139,7 +136,7 @@ async def test_never_answers_times_out_after_retries(fake: FakeOpenAI) -> None:
     url = fake.url("s", "silent")
     ex = executor(url, read_timeout_s=0.2, retries=1)
     try:
-        with pytest.raises(BackendError) as caught:
+        with pytest.raises(RemoteError) as caught:
             await collect(ex, prompt())
     finally:
         await ex.aclose()
@@ -181,7 +178,7 @@ async def test_refused_and_failing_backends_fall_over_to_a_healthy_one(fake: Fak
 async def test_all_backends_down_is_a_clear_error(fake: FakeOpenAI) -> None:
     ex = executor(fake.url("e1", "error"), fake.url("e2", "error"), retries=1)
     try:
-        with pytest.raises(BackendError) as caught:
+        with pytest.raises(RemoteError) as caught:
             await collect(ex, prompt())
     finally:
         await ex.aclose()
@@ -308,3 +305,21 @@ async def test_session_survives_a_failed_backend(fake: FakeOpenAI) -> None:
             assert h.responses_done()[1]["status"] == "completed"
     finally:
         await ex.aclose()
+
+
+async def test_a_remote_voice_speaks_the_text_in_the_sessions_voice(fake: FakeOpenAI) -> None:
+    """The backend's text spoken by a remote synthesizer, in the server voice the
+    table maps the session's voice to (as the cascade does)."""
+    async with running_fake_speech() as speech:
+        options = RemoteOptions("tts", (speech.url("kokoro"),), model="kokoro")
+        tts = RemoteSynthesizer(options, voices={"ash": "am_adam", "*": "af_heart"}, check=False)
+        ex = OpenAICompatExecutor(
+            BackendOptions(urls=(fake.url("a"),)), Speaker(tts, StageSlots("tts", 1))
+        )
+        try:
+            chunks = await collect(ex, prompt(voice="ash"))
+        finally:
+            await ex.aclose()
+    assert [c for c in chunks if c.audio is not None]
+    voices = {body["voice"] for _, body in speech.spoken}
+    assert voices == {"am_adam"} and len(speech.spoken) == 3  # one request per sentence

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from models.base import SpeechHint
 from models.errors import ModelMissing
-from models.remote_http import RemoteOptions, StageError, attempt_order
+from models.remote_http import RemoteError, RemoteOptions, attempt_order
 from models.speech.remote_asr import RemoteRecognizer
 from tests.support.fake_speech import FakeSpeech, running_fake_speech
 from tests.support.servers import free_port
@@ -47,6 +48,10 @@ async def test_a_turn_is_transcribed_with_its_language_and_prompt(fake: FakeSpee
         assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (16_000, 1, 2)
         sent = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2")
     assert np.array_equal(sent, TURN)
+    # The session's own language and prompt (audio.input.transcription) win.
+    await asyncio.to_thread(asr.transcribe, TURN, 16_000, SpeechHint("de", "Kubernetes"))
+    form = fake.uploads[-1][1]
+    assert (form["language"], form["prompt"]) == ("de", "Kubernetes")
     info = asr.describe()
     assert (info.stage, info.path) == ("asr", fake.url("a"))
     assert "remote" in info.name and "transcriptions" in info.source
@@ -70,7 +75,7 @@ async def test_a_failing_replica_is_retried_on_the_next(fake: FakeSpeech) -> Non
 async def test_when_every_attempt_fails_the_error_names_the_stage(fake: FakeSpeech) -> None:
     options = RemoteOptions("asr", (fake.url("bad", "error"),), model="w", retries=1)
     asr = RemoteRecognizer(options, check=False)
-    with pytest.raises(StageError, match=r"asr stage did not answer after 2 attempts.*HTTP 500"):
+    with pytest.raises(RemoteError, match=r"asr stage did not answer after 2 attempts.*HTTP 500"):
         await asyncio.to_thread(asr.transcribe, TURN, 16_000)
     assert len(fake.uploads) == 2
 
@@ -86,14 +91,14 @@ async def test_a_stalling_server_fails_with_a_timeout(fake: FakeSpeech) -> None:
         "asr", (fake.url("slow", "silent"),), model="w", read_timeout_s=0.2, retries=0
     )
     asr = RemoteRecognizer(options, check=False)
-    with pytest.raises(StageError, match=r"asr server .*/slow did not answer within 0.2 s"):
+    with pytest.raises(RemoteError, match=r"asr server .*/slow did not answer within 0.2 s"):
         await asyncio.to_thread(asr.transcribe, TURN, 16_000)
 
 
 async def test_a_garbage_answer_is_a_clear_error_not_a_retry(fake: FakeSpeech) -> None:
     options = RemoteOptions("asr", (fake.url("junk", "garbage"),), model="w")
     asr = RemoteRecognizer(options, check=False)
-    with pytest.raises(StageError, match=r"asr server .*/junk sent no transcription: '<html>"):
+    with pytest.raises(RemoteError, match=r"asr server .*/junk sent no transcription: '<html>"):
         await asyncio.to_thread(asr.transcribe, TURN, 16_000)
     assert len(fake.uploads) == 1  # an answer came: not retried
 

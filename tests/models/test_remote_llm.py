@@ -15,18 +15,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models.base import FunctionCall, OutputChunk, Prompt, PromptItem, Tool
+from models.base import FunctionCall, OutputChunk, Prompt, PromptItem, SpeechHint, Tool
 from models.cascade.build import CascadeOptions, make_language_model
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.remote_llm import (
     RemoteLanguageModel,
     RemoteLLMOptions,
-    listed_models,
     request_body,
     text_prompt,
 )
-from models.chat_backends import BackendError, rendezvous, session_key
+from models.chat_backends import session_key
 from models.errors import ModelMissing
+from models.remote_http import RemoteError, listed_models, rendezvous
 from models.speech.files import ModelInfo
 from models.speech.tts import FliteSynthesizer
 from server.cli import main
@@ -44,7 +44,7 @@ async def failure(llm: RemoteLanguageModel, got: list[str | FunctionCall] | None
     """The error a reply ends in (what came before it into `got`); `llm` closed."""
     got = [] if got is None else got
     try:
-        with pytest.raises(BackendError) as caught:
+        with pytest.raises(RemoteError) as caught:
             async for piece in llm.reply(prompt(), {}, max_tokens=50):
                 got.append(piece)
     finally:
@@ -63,7 +63,7 @@ class NoRecognizer:
 
     name = "none"
 
-    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+    def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
         raise AssertionError("nothing to transcribe")
 
     def describe(self) -> ModelInfo:
@@ -337,7 +337,7 @@ async def test_a_session_sticks_to_its_replica(fake: FakeOpenAI) -> None:
 async def test_a_replica_that_stalls_times_out_with_a_clear_error(fake: FakeOpenAI) -> None:
     url = fake.url("s", "silent")
     message = await failure(remote(url, read_timeout_s=0.2, retries=1))
-    assert "language model (--llm-url) did not answer after 2 attempts" in message
+    assert "the llm stage did not answer after 2 attempts" in message
     assert f"{url} did not answer within 0.2 s" in message
     assert fake.hits("s") == 2
 
@@ -357,7 +357,7 @@ async def test_a_failure_fails_the_response_and_the_next_one_is_answered(fake: F
     url = fake.url("a", "error")
     ex = executor(remote(url, retries=0))
     try:
-        with pytest.raises(BackendError, match="HTTP 500"):
+        with pytest.raises(RemoteError, match="HTTP 500"):
             await collect(ex, prompt())
         fake.behaviour["a"] = "normal"
         chunks = await collect(ex, prompt("resp_abcdef000002"))
@@ -381,7 +381,7 @@ async def test_start_checks_the_replicas_list_the_model(fake: FakeOpenAI) -> Non
     missing = RemoteLanguageModel(RemoteLLMOptions(urls=(fake.url("a"),), model="llama"))
     with pytest.raises(ModelMissing) as caught:
         await asyncio.to_thread(missing.check)
-    assert "language model (--llm-url)" in caught.value.problem
+    assert f"The LLM server {fake.url('a')}" in caught.value.problem
     assert "does not serve llama (it lists model-a)" in caught.value.problem
 
     sock = socket.socket()
@@ -392,7 +392,7 @@ async def test_start_checks_the_replicas_list_the_model(fake: FakeOpenAI) -> Non
             await asyncio.to_thread(make_language_model, CascadeOptions(llm_url=(dead,)))
     finally:
         sock.close()
-    assert f"language model (--llm-url): {dead} did not list its models" in caught.value.problem
+    assert f"remote LLM stage is unreachable: llm server {dead} refused" in caught.value.problem
 
 
 async def test_the_cascade_options_choose_the_remote_model(fake: FakeOpenAI) -> None:
@@ -431,5 +431,5 @@ def test_serve_with_an_unreachable_llm_server_names_the_stage(
         sock.close()
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert f"the cascade's language model (--llm-url): {dead} did not list its models" in err
+    assert f"remote LLM stage is unreachable: llm server {dead} refused" in err
     assert "fix:" in err and "PARLEY_LLM_URL" in err

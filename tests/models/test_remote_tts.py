@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from models.errors import ModelMissing
-from models.remote_http import RemoteOptions, StageError
+from models.remote_http import RemoteError, RemoteOptions
 from models.speech.remote_tts import RemoteSynthesizer, voice_for, voice_table
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, speak_text
@@ -59,6 +59,31 @@ async def test_a_sentence_is_spoken_in_the_mapped_voice(fake: FakeSpeech) -> Non
     )
 
 
+async def test_a_sentence_plays_piece_by_piece_as_the_server_speaks_it(
+    fake: FakeSpeech,
+) -> None:
+    tts = synthesizer(fake.url("a"))
+    fake.hold()  # the server sends the first chunk, then one per permit
+    stream = tts.synthesize_stream("Hello there.", "alloy")
+    first = await anext(stream)  # while the server still holds the rest
+    assert np.array_equal(first, np.frombuffer(CHUNK, dtype="<i2"))
+    assert fake.finished == 0
+    await fake.release(CHUNKS - 1)
+    rest = [piece async for piece in stream]
+    assert sum(len(p) for p in (first, *rest)) == SENTENCE_SAMPLES
+    assert (fake.finished, fake.closed) == (1, 0)
+
+
+async def test_closing_a_sentence_midway_closes_its_request(fake: FakeSpeech) -> None:
+    tts = synthesizer(fake.url("a"))
+    fake.hold()
+    stream = tts.synthesize_stream("Hello there.")
+    await anext(stream)
+    await stream.aclose()  # a barge-in
+    await asyncio.wait_for(fake.stream_closed.wait(), 30)  # a hang guard only
+    assert (fake.finished, fake.closed) == (0, 1)
+
+
 def test_the_voice_table_maps_session_voices_to_the_server_s() -> None:
     table = voice_table(["alloy = af_bella", "*=af_heart"])
     assert table == {"alloy": "af_bella", "*": "af_heart"}
@@ -83,7 +108,7 @@ async def test_a_failing_replica_is_retried_on_the_next(fake: FakeSpeech) -> Non
 async def test_a_sentence_begun_is_not_retried_elsewhere(fake: FakeSpeech) -> None:
     tts = synthesizer(fake.url("dies", "dies"), fake.url("good"))
     with pytest.raises(
-        StageError, match=r"tts server .*/dies broke off in the middle of a sentence"
+        RemoteError, match=r"tts server .*/dies broke the connection.*in the middle of the answer"
     ):
         await tts.synthesize_async("Hello there.")
     assert [name for name, _ in fake.spoken] == ["dies"]
@@ -91,19 +116,19 @@ async def test_a_sentence_begun_is_not_retried_elsewhere(fake: FakeSpeech) -> No
 
 async def test_when_every_attempt_fails_the_error_names_the_stage(fake: FakeSpeech) -> None:
     tts = synthesizer(fake.url("bad", "error"), retries=1)
-    with pytest.raises(StageError, match=r"tts stage did not answer after 2 attempts.*HTTP 500"):
+    with pytest.raises(RemoteError, match=r"tts stage did not answer after 2 attempts.*HTTP 500"):
         await tts.synthesize_async("Hello there.")
 
 
 async def test_a_stalling_server_fails_with_a_timeout(fake: FakeSpeech) -> None:
     tts = synthesizer(fake.url("slow", "silent"), read_timeout_s=0.2, retries=0)
-    with pytest.raises(StageError, match=r"tts server .*/slow did not answer within 0.2 s"):
+    with pytest.raises(RemoteError, match=r"tts server .*/slow did not answer within 0.2 s"):
         await tts.synthesize_async("Hello there.")
 
 
 async def test_a_garbage_answer_is_a_clear_error_not_a_retry(fake: FakeSpeech) -> None:
     tts = synthesizer(fake.url("junk", "garbage"), fake.url("good"))
-    with pytest.raises(StageError, match=r"tts server .*/junk sent text/plain.*, not pcm audio"):
+    with pytest.raises(RemoteError, match=r"tts server .*/junk sent text/plain.*, not pcm audio"):
         await tts.synthesize_async("Hello there.")
     assert [name for name, _ in fake.spoken] == ["junk"]
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from models import speculative_responses
-from models.base import OutputChunk, Prompt, PromptItem, prompt_key
+from models.base import ExecutorStats, OutputChunk, Prompt, PromptItem, prompt_key
 from models.speculative_responses import SpeculativeResponses
 
 
@@ -96,6 +96,43 @@ async def test_the_committed_turns_response_adopts_what_was_made_and_the_rest() 
     assert model.started == ["resp_spec"] and model.aborted == []
     assert responses.resolve("resp_real") == "resp_real"  # the alias ends with it
     assert (responses.stats.responses_used, responses.stats.responses_discarded) == (1, 0)
+    await responses.aclose()
+
+
+async def test_an_early_answer_that_declines_is_answered_afresh() -> None:
+    """The cascade's early answer declines when its turn has no speculative
+    transcript (the recognizer was busy in the pause): the committed turn's response
+    must not adopt an empty answer."""
+    model = FakeModel()
+
+    async def declining(p: Prompt) -> AsyncGenerator[OutputChunk, None]:
+        raise speculative_responses.Declined("no transcript")
+        yield OutputChunk()  # an async generator
+
+    responses = SpeculativeResponses(declining, model.abort)
+    stats = ExecutorStats()
+    responses.begin(prompt(), "item_2")
+    await steps()
+    for _ in range(3):
+        model.release.release()
+    answer = responses.respond(prompt("resp_real", turn(7200)), model.generate, stats)
+    words = [c.text async for c in answer]
+    assert words == ["It", " is", " sunny."] and model.started == ["resp_real"]
+    assert (responses.stats.responses_used, responses.stats.responses_declined) == (0, 1)
+    assert responses.resolve("resp_real") == "resp_real"
+    await responses.aclose()
+
+
+async def test_an_adopted_answer_streams_through_respond() -> None:
+    model = FakeModel()
+    responses = SpeculativeResponses(model.generate, model.abort)
+    responses.begin(prompt(), "item_2")
+    for _ in range(3):
+        model.release.release()
+    answer = responses.respond(prompt("resp_real", turn(7200)), model.generate, ExecutorStats())
+    assert [c.text async for c in answer] == ["It", " is", " sunny."]
+    assert model.started == ["resp_spec"]  # the early answer's, not a second request
+    assert responses.stats.responses_used == 1
     await responses.aclose()
 
 

@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from bench.speech import load_wav
-from models.base import OutputChunk, Prompt, PromptItem, Tool
+from models.base import OutputChunk, Prompt, PromptItem, SpeechHint, Tool
 from models.errors import ModelMissing
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
@@ -242,7 +242,7 @@ class CountingRecognizer:
         self.calls = 0
         self.gate = threading.Event()
 
-    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+    def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
         self.gate.wait(30)
         self.calls += 1
         return "what is the weather like"

@@ -12,6 +12,7 @@ import stat
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -37,8 +38,9 @@ def compose_command() -> list[str]:
     )
 
 
-PROFILES = ("gpu", "cpu", "replicas", "webrtc")
+PROFILES = ("gpu", "cpu", "replicas", "webrtc", "gpu-cascade")
 REPLICA_SERVICES = {"parley-replica", "proxy"}
+CASCADE_SERVICES = {"cascade-asr", "cascade-llm", "cascade-tts", "parley-gpu-cascade"}
 
 
 def compose_config(
@@ -75,7 +77,14 @@ def config() -> dict[str, Any]:
 
 def test_compose_validates_and_wires_parley_to_vllm(config: dict[str, Any]) -> None:
     services = config["services"]
-    assert set(services) == {"vllm", "parley", "parley-cpu", "parley-webrtc", *REPLICA_SERVICES}
+    assert set(services) == {
+        "vllm",
+        "parley",
+        "parley-cpu",
+        "parley-webrtc",
+        *REPLICA_SERVICES,
+        *CASCADE_SERVICES,
+    }
     parley, vllm = services["parley"], services["vllm"]
     assert parley["environment"]["PARLEY_EXECUTOR"] == "openai_compat"
     assert parley["environment"]["PARLEY_BACKEND_URL"] == "http://vllm:8000"
@@ -107,6 +116,134 @@ def test_webrtc_profile_runs_on_the_host_network_with_ice_settings(config: dict[
     assert {"PARLEY_ICE_SERVERS", "PARLEY_ICE_USERNAME", "PARLEY_ICE_CREDENTIAL"} <= set(
         environment
     )
+
+
+def flag(command: list[str], name: str) -> str:
+    """The value after `name` in a `vllm serve` command."""
+    return command[command.index(name) + 1]
+
+
+def cascade(env: dict[str, str] | None = None) -> dict[str, Any]:
+    services = loaded_config(env)["services"]
+    return {name: services[name] for name in CASCADE_SERVICES}
+
+
+def served_at(url: str, services: dict[str, Any]) -> tuple[str, int, dict[str, Any]]:
+    """The service a URL of Parley's reaches, the port it calls, and that service."""
+    parts = urlsplit(url)
+    assert parts.hostname in services, url
+    assert parts.port is not None, url
+    return parts.hostname, parts.port, services[parts.hostname]
+
+
+def test_gpu_cascade_profile_wires_parley_to_three_servers(config: dict[str, Any]) -> None:
+    services = config["services"]
+    profile = {n for n, s in services.items() if s["profiles"] == ["gpu-cascade"]}
+    assert profile == CASCADE_SERVICES
+    parley = services["parley-gpu-cascade"]
+    env = parley["environment"]
+    assert env["PARLEY_EXECUTOR"] == "cascade"
+    # Each URL reaches a server of the profile on the port it listens on and probes.
+    for key, path in (("PARLEY_ASR_URL", ""), ("PARLEY_LLM_URL", "/v1"), ("PARLEY_TTS_URL", "")):
+        name, port, server = served_at(env[key], services)
+        assert urlsplit(env[key]).path == path, key
+        assert f"http://127.0.0.1:{port}/health" in " ".join(server["healthcheck"]["test"])
+        if "command" in server:  # vllm serve
+            assert int(flag(server["command"], "--port")) == port
+        assert parley["depends_on"][name]["condition"] == "service_healthy"
+    assert "/healthz" in " ".join(parley["healthcheck"]["test"])
+    # Parley asks for the models the servers serve, within the text model's context.
+    asr, llm = services["cascade-asr"]["command"], services["cascade-llm"]["command"]
+    assert flag(asr, "--model") == env["PARLEY_ASR_SERVER_MODEL"] == "openai/whisper-large-v3-turbo"
+    assert flag(llm, "--model") == env["PARLEY_LLM_MODEL"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert flag(llm, "--max-model-len") == env["PARLEY_MAX_MODEL_LEN"]
+    # Sessions' tools need vLLM's parser: hermes is Qwen2.5's.
+    assert "--enable-auto-tool-choice" in llm and flag(llm, "--tool-call-parser") == "hermes"
+    # Kokoro lists tts-1 first; its model is asked for by name.
+    assert env["PARLEY_TTS_SERVER_MODEL"] == "kokoro"
+    assert services["cascade-tts"]["image"].startswith("ghcr.io/remsky/kokoro-fastapi-gpu:v")
+
+
+def test_gpu_cascade_servers_share_one_gpu_by_default(config: dict[str, Any]) -> None:
+    services = config["services"]
+    for name in ("cascade-asr", "cascade-llm", "cascade-tts"):
+        (device,) = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"], name
+        assert services[name]["environment"]["CUDA_VISIBLE_DEVICES"] == "0", name
+    assert "deploy" not in services["parley-gpu-cascade"]  # Parley itself needs no GPU
+    asr, llm = services["cascade-asr"]["command"], services["cascade-llm"]["command"]
+    shares = (
+        float(flag(asr, "--gpu-memory-utilization")),
+        float(flag(llm, "--gpu-memory-utilization")),
+    )
+    assert sum(shares) <= 0.75  # the rest for Kokoro and CUDA's own contexts
+    # vLLM servers start one at a time on a shared GPU, and the voice after them.
+    assert services["cascade-llm"]["depends_on"]["cascade-asr"]["condition"] == "service_healthy"
+    assert services["cascade-tts"]["depends_on"]["cascade-llm"]["condition"] == "service_healthy"
+
+
+def test_gpu_cascade_settings_follow_the_operator_on_both_sides() -> None:
+    env = {
+        "PARLEY_LLM_MODEL": "meta-llama/Llama-3.1-8B-Instruct",
+        "PARLEY_LLM_TOOL_PARSER": "llama3_json",
+        "PARLEY_MAX_MODEL_LEN": "16384",
+        "PARLEY_LLM_GPUS": "1,2",
+        "PARLEY_LLM_TENSOR_PARALLEL": "2",
+        "PARLEY_LLM_GPU_SHARE": "0.9",
+        "PARLEY_ASR_SERVER_MODEL": "openai/whisper-large-v3",
+        "PARLEY_TTS_VOICES": "*=af_bella",
+        "PARLEY_KOKORO_TAG": "v0.8.0-cu128",
+    }
+    services = cascade(env)
+    llm, asr = services["cascade-llm"], services["cascade-asr"]
+    parley = services["parley-gpu-cascade"]["environment"]
+    assert flag(llm["command"], "--model") == parley["PARLEY_LLM_MODEL"] == env["PARLEY_LLM_MODEL"]
+    assert flag(llm["command"], "--tool-call-parser") == "llama3_json"
+    assert flag(llm["command"], "--max-model-len") == parley["PARLEY_MAX_MODEL_LEN"] == "16384"
+    assert flag(llm["command"], "--tensor-parallel-size") == "2"
+    assert flag(llm["command"], "--gpu-memory-utilization") == "0.9"
+    assert llm["environment"]["CUDA_VISIBLE_DEVICES"] == "1,2"
+    assert flag(asr["command"], "--model") == parley["PARLEY_ASR_SERVER_MODEL"]
+    assert parley["PARLEY_TTS_VOICES"] == "*=af_bella"
+    assert services["cascade-tts"]["image"] == "ghcr.io/remsky/kokoro-fastapi-gpu:v0.8.0-cu128"
+
+
+def test_gpu_cascade_environment_is_settings_parley_reads(
+    config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every PARLEY_* the profile gives Parley is a setting (a misspelt one would be
+    ignored), and together they make the three remote stages."""
+    from models.speech.remote_tts import voice_for, voice_table
+    from server.config import Settings
+    from server.remote_stages import remote_speech
+
+    env = config["services"]["parley-gpu-cascade"]["environment"]
+    for key, value in env.items():
+        assert key.startswith("PARLEY_") and key[7:].lower() in Settings.model_fields, key
+        monkeypatch.setenv(key, str(value))
+    settings = Settings()
+    assert settings.llm_url == ["http://cascade-llm:8000/v1"]
+    assert str(settings.llm_model) == "Qwen/Qwen2.5-7B-Instruct"
+    assert settings.model_concurrency > 1
+    asr, tts = remote_speech(settings)
+    assert asr is not None and asr.urls == ("http://cascade-asr:8000",)
+    assert tts is not None and (tts.urls, tts.model) == (("http://cascade-tts:8880",), "kokoro")
+    # Every voice a session may name reaches Kokoro as one of its own.
+    table = voice_table(settings.tts_voices)
+    for voice in ("alloy", "ash", "ballad", "coral", "echo", "sage", "shimmer", "verse", "x"):
+        assert voice_for(table, voice)[:3] in ("af_", "am_", "bf_", "bm_"), voice
+
+
+def test_whisper_server_image_adds_the_audio_extra_to_the_same_vllm(config: dict[str, Any]) -> None:
+    asr = config["services"]["cascade-asr"]
+    assert Path(asr["build"]["context"]) / asr["build"]["dockerfile"] == (
+        ROOT / "docker" / "Dockerfile.vllm-audio"
+    )
+    lines = (ROOT / "docker" / "Dockerfile.vllm-audio").read_text().splitlines()
+    assert f"FROM {config['services']['cascade-llm']['image']}" in lines
+    (run,) = [line for line in lines if line.startswith("RUN")]
+    # vllm 0.32.0's `audio` extra, package by package.
+    assert set(run.split()) >= {"av", "scipy", "soundfile", "soxr", "'mistral_common[audio]'"}
 
 
 def seconds(duration: str) -> int:
@@ -213,7 +350,13 @@ def test_compose_fails_fast_without_api_keys() -> None:
     # every service, so the refusals above could all come from one).
     raw = yaml.safe_load(COMPOSE.read_text())["services"]
     parleys = {name for name, service in raw.items() if service.get("image") == "parley:latest"}
-    assert parleys == {"parley", "parley-cpu", "parley-webrtc", "parley-replica"}
+    assert parleys == {
+        "parley",
+        "parley-cpu",
+        "parley-webrtc",
+        "parley-replica",
+        "parley-gpu-cascade",
+    }
     for name in parleys:
         keys = raw[name]["environment"]["PARLEY_API_KEYS"]
         assert keys.startswith("${PARLEY_API_KEYS:?"), name

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from models.base import SpeechHint
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.text import ChatMessage
 from models.speech.files import ModelInfo
@@ -24,7 +25,7 @@ class HearingModel:
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
 
-    def transcribe(self, pcm: np.ndarray, rate: int) -> str:
+    def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
         self.clock.t += 0.3
         return "What is the weather?"
 
