@@ -13,7 +13,7 @@ from tests.support.audio import append_chunked, say
 from tests.support.clock import FakeClock
 from tests.support.harness import Harness
 from tests.support.recorder import Recorder
-from tests.support.timed_stages import WritingModel, cascade
+from tests.support.timed_stages import cascade
 
 VAD_SESSION = {
     "type": "session.update",
@@ -90,9 +90,7 @@ async def test_errors_are_reported_with_their_code() -> None:
 
 async def test_each_model_stage_is_reported_once_as_its_response_ends() -> None:
     recorder = Recorder()
-    ex = cascade(FakeClock())
-    assert isinstance(ex.llm, WritingModel)
-    ex.llm.more.set()  # the reply is written at once
+    ex, _, _ = cascade(FakeClock(), written=True)
     async with Harness(ex, observer=recorder) as h:
         await say(h, "weather")
         await h.wait_until(lambda: len(h.responses_done()) == 1)

@@ -15,7 +15,7 @@ from models.base import ExecutorStats, OutputChunk, Prompt, PromptItem
 from models.speech.transcripts import Transcripts, Wait
 from models.stage_timing import StageTimer, StageTiming, StageTimings
 from tests.support.clock import FakeClock
-from tests.support.timed_stages import HearingModel, SpeakingModel, WritingModel, cascade
+from tests.support.timed_stages import HearingModel, cascade
 
 AUDIO = np.zeros(1600, np.int16)
 RID = "resp_1"
@@ -39,9 +39,7 @@ def table(timings: list[StageTiming]) -> set[tuple[str, str, str, float, bool]]:
 
 async def test_each_stage_of_a_spoken_answer_is_timed_once() -> None:
     clock = FakeClock()
-    ex = cascade(clock)
-    llm = ex.llm
-    assert isinstance(llm, WritingModel)
+    ex, llm, _ = cascade(clock)
     item = turn()
     await ex.prepare(item)  # the turn committed: its recognition
     chunks = 0
@@ -66,9 +64,7 @@ async def test_each_stage_of_a_spoken_answer_is_timed_once() -> None:
 
 async def test_a_cancelled_answer_reports_no_audio_it_never_had() -> None:
     clock = FakeClock()
-    ex = cascade(clock, held=True)
-    tts, llm = ex.tts, ex.llm
-    assert isinstance(tts, SpeakingModel) and isinstance(llm, WritingModel)
+    ex, llm, tts = cascade(clock, held=True)
     item = turn()
     await ex.prepare(item)
 
@@ -90,10 +86,7 @@ async def test_a_cancelled_answer_reports_no_audio_it_never_had() -> None:
 
 async def test_a_response_without_a_spoken_turn_times_no_recognition() -> None:
     clock = FakeClock()
-    ex = cascade(clock)
-    llm = ex.llm
-    assert isinstance(llm, WritingModel)
-    llm.more.set()
+    ex, _, _ = cascade(clock, written=True)
     async for _ in ex.generate(prompt(PromptItem("item_1", "user", text="Weather?"))):
         pass
     assert {(t.stage, t.phase) for t in ex.stage_timings(RID)} == {
@@ -151,10 +144,7 @@ def test_a_timer_reports_each_phase_once_and_nothing_before_it_began() -> None:
 
 async def test_an_adopted_early_answer_brings_its_times_and_its_speculative_transcript() -> None:
     clock = FakeClock()
-    ex = cascade(clock)
-    llm = ex.llm
-    assert isinstance(llm, WritingModel)
-    llm.more.set()
+    ex, llm, _ = cascade(clock, written=True)
     item = turn()
     ex.prepare_early(item)  # a pause: the turn is heard before it is committed
     assert await ex.speculative_text(item.id)

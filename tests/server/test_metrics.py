@@ -36,7 +36,7 @@ from tests.support.clock import FakeClock
 from tests.support.events import Events
 from tests.support.scrape import Samples, parse, value
 from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory, serving_app
-from tests.support.timed_stages import WritingModel, cascade
+from tests.support.timed_stages import cascade
 
 KEY = "sk-metrics-test"
 VAD = {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
@@ -320,9 +320,7 @@ def test_docs_metrics_lists_every_metric_with_its_type() -> None:
 
 
 async def test_a_served_cascade_shows_each_stage_of_its_answer_in_the_scrape() -> None:
-    ex = cascade(FakeClock())
-    assert isinstance(ex.llm, WritingModel)
-    ex.llm.more.set()
+    ex, _, _ = cascade(FakeClock(), written=True)
     settings = Settings(**TEST_SETTINGS)
     app = create_app(settings, executor=ex)
     pcm = np.concatenate([silence(300), load_wav("timer"), silence(900)])

@@ -94,8 +94,13 @@ class SpeakingModel:
         pass
 
 
-def cascade(clock: FakeClock, held: bool = False) -> CascadeExecutor:
-    """`held`: each synthesis waits for the synthesizer's `go`."""
-    return CascadeExecutor(
-        HearingModel(clock), WritingModel(clock), SpeakingModel(clock, held), clock=clock
-    )
+def cascade(
+    clock: FakeClock, *, written: bool = False, held: bool = False
+) -> tuple[CascadeExecutor, WritingModel, SpeakingModel]:
+    """The cascade and its language model and synthesizer. `written`: the model
+    writes its whole reply at once; `held`: each synthesis waits for the
+    synthesizer's `go`."""
+    llm, tts = WritingModel(clock), SpeakingModel(clock, held)
+    if written:
+        llm.more.set()
+    return CascadeExecutor(HearingModel(clock), llm, tts, clock=clock), llm, tts
