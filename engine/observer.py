@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from models.stage_timing import StageTiming
+
 ResponseStatus = Literal["completed", "cancelled", "incomplete", "failed"]
 
 
@@ -68,6 +70,11 @@ class Observer:
 
     def barge_in(self, session_id: str, response_id: str) -> None:
         """The user's speech cancelled response `response_id`."""
+
+    def stage_timed(self, session_id: str, response_id: str, timing: StageTiming) -> None:
+        """How long one model stage took on the way to response `response_id`'s user
+        (models/stage_timing.py): reported as the response ends, once per stage and
+        phase it reached, just before `response_done`."""
 
     def response_done(self, session_id: str, response_id: str, status: ResponseStatus) -> None:
         """A response ended with its one `response.done`."""

@@ -459,7 +459,10 @@ class Responder:
         by_id[item.id] = item
         output = [by_id[i].wire() for i in stream.outputs]
         self._emit.control(ResponseDoneEvent, response=self._wire(resp, status, details, output))
+        timings = self._executor.stage_timings(resp.id)  # taken even unobserved: they are held
         if self._observer is not None:
+            for timing in timings:
+                self._observer.stage_timed(self._session_id, resp.id, timing)
             self._observer.response_done(self._session_id, resp.id, status)
         self._forget_ended_lanes()
 

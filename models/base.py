@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from models.stage_timing import StageTiming, StageTimings
+
 if TYPE_CHECKING:
     from models.remote_http import Replicas
 
@@ -129,6 +131,8 @@ class ExecutorStats:
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
     # Tokens the model generated per response, where the executor counts them.
     tokens_by_request: dict[str, int] = field(default_factory=dict)
+    # Each stage's time on the way to the user, by request, until the engine takes them.
+    timings: StageTimings = field(default_factory=StageTimings)
 
     def mark(self, key: str, milestone: str) -> None:
         self.marks.setdefault(key, {}).setdefault(milestone, time.monotonic())
@@ -137,6 +141,7 @@ class ExecutorStats:
         """`key`'s marks are `with_key`'s, past and future (a response that adopted a
         speculative one)."""
         self.marks[key] = self.marks.setdefault(with_key, {})
+        self.timings.share(key, with_key)
 
     def adopted(self, key: str, model_key: str) -> None:
         """A response (`key`) that adopted the speculative one the model ran as
@@ -197,6 +202,11 @@ class Executor(ABC):
     @abstractmethod
     async def abort(self, request_id: str) -> None:
         """Stop the request at the model (cancelling the consumer alone may not)."""
+
+    def stage_timings(self, request_id: str) -> list[StageTiming]:
+        """Response `request_id`'s stage timings so far (models/stage_timing.py), once:
+        the engine takes them as the response ends."""
+        return self.stats.timings.take(request_id)
 
     async def transcribe(self, item: PromptItem) -> str | None:
         """The text of a user audio item for the client's input transcription

@@ -7,6 +7,7 @@ reply's text from its model and how it stops a request there."""
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import AsyncGenerator
@@ -19,6 +20,7 @@ from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
 from models.speech.transcripts import Transcripts
+from models.stage_timing import Clock, StageTimer
 
 # Request ids aborted before they started, remembered so they never start.
 EARLY_ABORTS = 1024
@@ -53,6 +55,7 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         self._owns_tts = owns_tts
         self._requests: dict[str, R] = {}
         self._aborted_early: OrderedDict[str, None] = OrderedDict()
+        self.clock: Clock = time.monotonic  # times the synthesizer (models/stage_timing.py)
 
     def remote_stages(self) -> list[Replicas]:
         return replicas_of(self, self.transcripts.recognizer, self.speaker.tts)
@@ -77,13 +80,16 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
     ) -> AsyncGenerator[OutputChunk, None]:
         """The reply's text pieces spoken sentence by sentence in the session's voice
         (a remote synthesizer maps it to one of its own); stops at an abort."""
+        speaker, request_id = self.speaker, prompt.request_id
+        timer = StageTimer("tts", speaker.where, request_id, self.stats.timings.add, self.clock)
         return speak_text(
             pieces,
-            self.speaker,
+            speaker,
             speak=True,
             stopped=lambda: state.aborted,
-            on_audio=lambda: self.stats.mark(prompt.request_id, "first_audio"),
+            on_audio=lambda: self.stats.mark(request_id, "first_audio"),
             voice=prompt.voice,
+            timer=timer,
         )
 
     async def abort(self, request_id: str) -> None:

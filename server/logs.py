@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from contextvars import ContextVar
 
 from engine.observer import Observer, ResponseStatus
+from models.stage_timing import StageTiming
 
 log = logging.getLogger("parley.sessions")
 
@@ -153,6 +154,18 @@ class LogObserver(Observer):
 
     def response_created(self, session_id: str, response_id: str, item_id: str) -> None:
         log.debug("session %s: response %s created (item %s)", session_id, response_id, item_id)
+
+    def stage_timed(self, session_id: str, response_id: str, timing: StageTiming) -> None:
+        log.debug(
+            "session %s: response %s: %s (%s) %s %.3f s%s",
+            session_id,
+            response_id,
+            timing.stage,
+            timing.where,
+            timing.phase,
+            timing.seconds,
+            ", speculative" if timing.speculative else "",
+        )
 
     def response_done(self, session_id: str, response_id: str, status: ResponseStatus) -> None:
         # Ordinary endings at DEBUG (one per turn); the others say something went wrong.

@@ -35,6 +35,7 @@ from prometheus_client import (
 
 from engine.observer import Observer, ResponseStatus
 from models.listening.fair_pool import ABANDONED, OVERLOADED, SUPERSEDED
+from models.stage_timing import PHASES, WHERE, StageTiming
 from server.key_limits import RefusalReason
 from server.turn_timing import STAGES, Clock, Observation, TurnTimer
 
@@ -108,6 +109,21 @@ class Metrics:
             "delta sent), total (end of speech to the first audio delta sent).",
             ["stage"], buckets=LATENCY_BUCKETS, registry=r,
         )  # fmt: skip
+        self.stage_seconds = Histogram(
+            "parley_stage_seconds",
+            "Each model stage's time on the way to a response's user, embedded or "
+            "remote: asr transcript (the turn's text asked for to ready), llm "
+            "first_token (request to the first text or tool call) and total (to the "
+            "reply's end), tts first_audio (the first clause handed to it to its audio). "
+            "Each includes waiting for the stage's slot.",
+            ["stage", "where", "phase"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.speculative_transcripts = Counter(
+            "parley_speculative_transcripts",
+            "Turns answered from the recognition begun at a pause before they were "
+            "committed (their asr transcript time was spent during the user's pause).",
+            registry=r,
+        )
         self.executor_queued = Gauge(
             "parley_executor_queued", "Model calls waiting for a free slot.",
             registry=r, multiprocess_mode="livesum",
@@ -136,6 +152,10 @@ class Metrics:
                 self.model_requests_dropped.labels(model, reason)
         for stage in STAGES:
             self.turn_latency.labels(stage)
+        for model_stage, phases in PHASES.items():
+            for where in WHERE:
+                for phase in phases:
+                    self.stage_seconds.labels(model_stage, where, phase)
         for status in RESPONSE_STATUSES:
             self.responses.labels(status)
         for reason in get_args(RefusalReason):
@@ -232,6 +252,16 @@ class MetricsObserver(Observer):
     @guarded
     def barge_in(self, session_id: str, response_id: str) -> None:
         self.metrics.barge_ins.inc()
+
+    @guarded
+    def stage_timed(self, session_id: str, response_id: str, timing: StageTiming) -> None:
+        if timing.phase not in PHASES[timing.stage] or timing.where not in WHERE:
+            raise ValueError(f"no such stage timing: {timing}")  # keeps the series fixed
+        self.metrics.stage_seconds.labels(timing.stage, timing.where, timing.phase).observe(
+            timing.seconds
+        )
+        if timing.speculative:
+            self.metrics.speculative_transcripts.inc()
 
     @guarded
     def response_done(self, session_id: str, response_id: str, status: ResponseStatus) -> None:

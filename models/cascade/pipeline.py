@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
@@ -39,6 +40,7 @@ from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, SpeakOutcome, speak_text
 from models.speech.transcripts import Transcripts
 from models.speech.tts import Synthesizer
+from models.stage_timing import Clock, Stage, StageTimer, StageTiming, Where
 from models.tool_text import CallSplitter, hermes_calls, said_before_call
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class CascadeExecutor(SpeculatingExecutor):
         max_output_tokens: int = 120,
         max_sentences: int = 0,
         transcript_cache: int = 4096,
+        clock: Clock = time.monotonic,  # times the stages (models/stage_timing.py)
     ) -> None:
         self.asr, self.llm, self.tts = asr, llm, tts
         self.output_rate = output_rate
@@ -105,8 +108,13 @@ class CascadeExecutor(SpeculatingExecutor):
         self.slots = {stage: StageSlots(stage, concurrency) for stage in ("asr", "llm", "tts")}
         self.speaker = Speaker(tts, self.slots["tts"], output_rate)
         self.stats = CascadeStats()
+        self.clock = clock
         transcripts = Transcripts(
-            asr, self.slots["asr"], cache=transcript_cache, on_recognized=self._recognized
+            asr,
+            self.slots["asr"],
+            cache=transcript_cache,
+            on_recognized=self._recognized,
+            clock=clock,
         )
         super().__init__(transcripts, self._answer_early, self.abort)
         self._aborts: dict[str, threading.Event] = {}
@@ -154,9 +162,13 @@ class CascadeExecutor(SpeculatingExecutor):
         recognition, which it never adopts. Without one (the recognizer was busy in
         the pause) it declines, and the committed turn is answered afresh."""
         *before, turn = prompt.items
+        asked = self.clock()
         text = await self.transcripts.speculative_text(turn.id)
         if not text:
             raise Declined(f"no speculative transcript of {turn.id}")
+        waited = max(0.0, self.clock() - asked)
+        where = self.transcripts.where
+        self._timed(StageTiming("asr", where, "transcript", waited, prompt.request_id, True))
         heard = PromptItem(turn.id, turn.role, text=text)
         async with contextlib.aclosing(
             self._generate(replace(prompt, items=(*before, heard)))
@@ -171,11 +183,15 @@ class CascadeExecutor(SpeculatingExecutor):
             for item in prompt.items:
                 if item.role == "user" and item.text is None:
                     await self.transcribe(item)  # normally done already by prepare
+            self._time_transcript(prompt)
+            llm_timer = self._timer("llm", self._llm_where, prompt.request_id)
+            llm_timer.begin()
             limit = min(prompt.max_output_tokens or self.max_output_tokens, self.max_output_tokens)
             splitter = CallSplitter()
             native: list[FunctionCall] = []  # a remote model's, assembled by its server
             if isinstance(self.llm, RemoteLanguageModel):
-                pieces = self._pieces(prompt.request_id, stop, self._remote(prompt, limit, native))
+                remote = self._remote(prompt, limit, native, llm_timer)
+                pieces = self._pieces(prompt.request_id, stop, remote, llm_timer)
             else:
                 calling = self.llm.calls_tools and prompt.tool_choice != "none"
                 tools = prompt.tools if calling else ()
@@ -183,7 +199,7 @@ class CascadeExecutor(SpeculatingExecutor):
                     prompt, self.transcripts.known, tools=tools, tool_choice=prompt.tool_choice
                 )
                 run = self._thread(self.llm, prompt.request_id, messages, limit, stop)
-                pieces = self._pieces(prompt.request_id, stop, run)
+                pieces = self._pieces(prompt.request_id, stop, run, llm_timer)
                 if tools:
                     pieces = said_before_call(pieces, splitter)
             speak = "audio" in prompt.output_modalities
@@ -205,6 +221,7 @@ class CascadeExecutor(SpeculatingExecutor):
                 on_audio=spoke,
                 outcome=outcome,
                 voice=prompt.voice,
+                timer=self._timer("tts", self.speaker.where, prompt.request_id),
             )
             async with contextlib.aclosing(spoken):
                 async for chunk in spoken:
@@ -226,15 +243,21 @@ class CascadeExecutor(SpeculatingExecutor):
             self._aborts.pop(prompt.request_id, None)
 
     async def _pieces(
-        self, request_id: str, stop: threading.Event, produce: _Producer
+        self, request_id: str, stop: threading.Event, produce: _Producer, timer: StageTimer
     ) -> AsyncGenerator[str, None]:
         """The model's reply as it is written, from its worker thread or (a remote
-        model) its reading task."""
+        model) its reading task; `timer` times its first piece and its end."""
         pieces: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
+
+        def put(piece: str | BaseException | None) -> None:
+            if isinstance(piece, str):
+                timer.reached("first_token")
+            pieces.put_nowait(piece)
+
         async with self.slots["llm"].slot():
             if stop.is_set():
                 return  # aborted while waiting for the model
-            worker = asyncio.ensure_future(produce(pieces.put_nowait))
+            worker = asyncio.ensure_future(produce(put))
             # The end, however the worker ends (even cancelled before it ran).
             worker.add_done_callback(lambda _: pieces.put_nowait(None))
             if isinstance(self.llm, RemoteLanguageModel):
@@ -246,6 +269,8 @@ class CascadeExecutor(SpeculatingExecutor):
                         raise piece
                     yield piece
                 ended = True
+                if not stop.is_set():
+                    timer.reached("total")  # the whole reply, not one cut by an abort
             finally:
                 if not ended:
                     # Closed early or failed: stop the model. (Not after a whole
@@ -287,9 +312,12 @@ class CascadeExecutor(SpeculatingExecutor):
 
         return produce
 
-    def _remote(self, prompt: Prompt, limit: int, calls: list[FunctionCall]) -> _Producer:
-        """A remote model's reply, read on the event loop; its calls into `calls`.
-        Cancelling it (an abort) closes the HTTP stream."""
+    def _remote(
+        self, prompt: Prompt, limit: int, calls: list[FunctionCall], timer: StageTimer
+    ) -> _Producer:
+        """A remote model's reply, read on the event loop; its calls into `calls`
+        (the first output `timer` sees may be one). Cancelling it (an abort) closes
+        the HTTP stream."""
         assert isinstance(self.llm, RemoteLanguageModel)
         llm = self.llm
 
@@ -300,6 +328,7 @@ class CascadeExecutor(SpeculatingExecutor):
                 async with contextlib.aclosing(stream):
                     async for piece in stream:
                         if isinstance(piece, FunctionCall):
+                            timer.reached("first_token")
                             calls.append(piece)
                             continue
                         said, ended = self._take(prompt.request_id, reply, piece)
@@ -313,6 +342,30 @@ class CascadeExecutor(SpeculatingExecutor):
                 put(exc)
 
         return produce
+
+    # --- stage timings (models/stage_timing.py) -----------------------------------------
+
+    @property
+    def _llm_where(self) -> Where:
+        return "remote" if isinstance(self.llm, RemoteLanguageModel) else "embedded"
+
+    def _timed(self, timing: StageTiming) -> None:
+        self.stats.timings.add(timing)
+
+    def _timer(self, stage: Stage, where: Where, request_id: str) -> StageTimer:
+        return StageTimer(stage, where, request_id, self._timed, self.clock)
+
+    def _time_transcript(self, prompt: Prompt) -> None:
+        """The recognition of the turn answered (the prompt's last item), if it was
+        recognized here: once, for the first response that waited for it (an early
+        answer's turn is text, and times its own wait)."""
+        turn = prompt.items[-1] if prompt.items else None
+        if turn is None or turn.audio is None:
+            return
+        if (wait := self.transcripts.waits.pop(turn.id, None)) is not None:
+            where, request_id = self.transcripts.where, prompt.request_id
+            seconds, speculative = wait.seconds, wait.speculative
+            self._timed(StageTiming("asr", where, "transcript", seconds, request_id, speculative))
 
     def _take(self, request_id: str, reply: _Reply, piece: str) -> tuple[str, bool]:
         """Counts a token of the reply; what of it is said, and whether it ends it."""

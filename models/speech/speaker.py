@@ -20,9 +20,11 @@ import numpy as np
 
 from models.base import PCM_RATE, OutputChunk
 from models.speech.audio import resample_int16
+from models.speech.remote_tts import RemoteSynthesizer
 from models.speech.sentences import sentences_of
 from models.speech.slots import StageSlots
 from models.speech.tts import Synthesizer
+from models.stage_timing import StageTimer, Where
 
 
 @dataclass
@@ -33,6 +35,10 @@ class Speaker:
     tts: Synthesizer
     slot: StageSlots
     output_rate: int = PCM_RATE
+
+    @property
+    def where(self) -> Where:
+        return "remote" if isinstance(self.tts, RemoteSynthesizer) else "embedded"
 
     def to_output_rate(self, audio: np.ndarray) -> np.ndarray:
         return resample_int16(audio, self.tts.sample_rate, self.output_rate)
@@ -93,10 +99,13 @@ async def speak_text(
     on_audio: Callable[[], None] | None = None,
     outcome: SpeakOutcome | None = None,
     voice: str = "",
+    timer: StageTimer | None = None,
 ) -> AsyncGenerator[OutputChunk, None]:
     """One chunk per sentence of the streamed reply `pieces`: its audio (when
     `speak`) with the sentence as its transcript, spaced as the reply was. `on_audio`
-    runs after each synthesis (for counters); `voice` is the session's. Closes
+    runs after each synthesis (for counters); `voice` is the session's; `timer`
+    times the first clause to its first audio (a streaming server's first piece),
+    if that audio is kept. Closes
     `pieces` however it ends, so the model's stream stops when this one is closed."""
     outcome = outcome if outcome is not None else SpeakOutcome()
     first = True
@@ -110,6 +119,8 @@ async def speak_text(
             if not speak:
                 yield OutputChunk(text=spaced)
                 continue
+            if timer is not None:
+                timer.begin()  # handed to the stage: its wait for a slot counts
             async with speaker.slot.slot():
                 if stopped():
                     outcome.stopped = True
@@ -123,6 +134,8 @@ async def speak_text(
                         if stopped():
                             outcome.stopped = True
                             return  # aborted while synthesizing: drop it
+                        if timer is not None and len(piece):
+                            timer.reached("first_audio")
                         yield OutputChunk(audio=piece, text=text)
                         text = ""
                 if text:  # nothing to hear (e.g. only symbols): the words still count

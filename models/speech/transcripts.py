@@ -12,13 +12,16 @@ recognizer, so it never delays a committed turn's recognition.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from models.base import PromptItem
 from models.speech.asr import SpeechRecognizer
+from models.speech.remote_asr import RemoteRecognizer
 from models.speech.slots import StageSlots
+from models.stage_timing import Clock, Where
 
 
 @dataclass
@@ -33,6 +36,15 @@ class SpeculationStats:
     responses_used: int = 0  # adopted by the response to the committed turn
     responses_discarded: int = 0
     responses_declined: int = 0  # adopted, but could not begin: answered afresh
+
+
+@dataclass(frozen=True)
+class Wait:
+    """How long an item's text took from when it was first asked for to ready;
+    `speculative`: it came from the recognition begun before the turn was committed."""
+
+    seconds: float
+    speculative: bool
 
 
 @dataclass
@@ -54,6 +66,7 @@ class Transcripts:
         *,
         cache: int = 4096,
         on_recognized: Callable[[str], None] | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.recognizer = recognizer
         self.slot = slot if slot is not None else StageSlots("asr", 1)
@@ -64,6 +77,12 @@ class Transcripts:
         self._speculative: dict[str, _Speculative] = {}
         self._abandoned: set[asyncio.Task[str]] = set()  # discarded, still running
         self.speculation = SpeculationStats()
+        self.clock = clock
+        self.waits: OrderedDict[str, Wait] = OrderedDict()  # by item id, as many as texts
+
+    @property
+    def where(self) -> Where:
+        return "remote" if isinstance(self.recognizer, RemoteRecognizer) else "embedded"
 
     @property
     def known(self) -> Mapping[str, str]:
@@ -78,7 +97,12 @@ class Transcripts:
             spec = self._speculative.pop(item.id, None)
             if spec is not None:
                 self.speculation.used += 1
-            work = self._recognize(item) if spec is None else self._adopt(item, spec.task)
+            asked = self.clock()
+            work = (
+                self._recognize(item, asked)
+                if spec is None
+                else self._adopt(item, spec.task, asked)
+            )
             task = asyncio.get_running_loop().create_task(work)
             self._running[item.id] = task
             task.add_done_callback(lambda _: self._running.pop(item.id, None))
@@ -139,25 +163,32 @@ class Transcripts:
                 self.recognizer.transcribe, item.audio, item.rate, item.hint
             )
 
-    async def _recognize(self, item: PromptItem) -> str:
+    async def _recognize(self, item: PromptItem, asked: float) -> str:
         assert self.recognizer is not None and item.audio is not None
         text = ""
         if len(item.audio):
             text = await self._hear(item)
+            self._waited(item.id, asked, speculative=False)
             if self._on_recognized is not None:
                 self._on_recognized(item.id)
         return self._keep(item.id, text)
 
-    async def _adopt(self, item: PromptItem, speculative: asyncio.Task[str]) -> str:
+    async def _adopt(self, item: PromptItem, speculative: asyncio.Task[str], asked: float) -> str:
         """The committed turn's text from its speculative recognition: the same speech,
         with at most some silence after it; recognized afresh if that failed."""
         try:
             text = await speculative
         except Exception:
-            return await self._recognize(item)
+            return await self._recognize(item, asked)
+        self._waited(item.id, asked, speculative=True)
         if self._on_recognized is not None:
             self._on_recognized(item.id)
         return self._keep(item.id, text)
+
+    def _waited(self, item_id: str, asked: float, *, speculative: bool) -> None:
+        self.waits[item_id] = Wait(max(0.0, self.clock() - asked), speculative)
+        while len(self.waits) > self._cache:
+            self.waits.popitem(last=False)
 
     def _keep(self, item_id: str, text: str) -> str:
         self._done[item_id] = text

@@ -9,9 +9,11 @@ import numpy as np
 
 from bench.speech import load_wav, silence
 from models.scripted import ScriptedExecutor
-from tests.support.audio import append_chunked
+from tests.support.audio import append_chunked, say
+from tests.support.clock import FakeClock
 from tests.support.harness import Harness
 from tests.support.recorder import Recorder
+from tests.support.timed_stages import cascade
 
 VAD_SESSION = {
     "type": "session.update",
@@ -84,3 +86,25 @@ async def test_errors_are_reported_with_their_code() -> None:
     assert (
         codes == [e["code"] for e in h.errors()] == ["response_cancel_not_active", "invalid_json"]
     )
+
+
+async def test_each_model_stage_is_reported_once_as_its_response_ends() -> None:
+    recorder = Recorder()
+    ex, _, _ = cascade(FakeClock(), written=True)
+    async with Harness(ex, observer=recorder) as h:
+        await say(h, "weather")
+        await h.wait_until(lambda: len(h.responses_done()) == 1)
+        await h.settle()
+    response_id = h.responses_done()[0]["id"]
+    timed = [c for c in recorder.calls if c[0] == "stage_timed"]
+    assert sorted((c[2].stage, c[2].phase) for c in timed) == [
+        ("asr", "transcript"),
+        ("llm", "first_token"),
+        ("llm", "total"),
+        ("tts", "first_audio"),
+    ]
+    assert {c[1] for c in timed} == {response_id}
+    # Reported as the response ends, just before its response.done.
+    names = recorder.names()
+    done = names.index("response_done")
+    assert names[done - len(timed) : done] == ["stage_timed"] * len(timed)

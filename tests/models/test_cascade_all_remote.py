@@ -23,6 +23,7 @@ from tests.support.audio import append_chunked, say
 from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 from tests.support.fake_speech import CHUNKS, FakeSpeech, running_fake_speech
 from tests.support.harness import Harness
+from tests.support.recorder import Recorder
 
 
 @dataclass
@@ -60,8 +61,9 @@ async def test_a_barge_in_closes_the_language_models_and_the_voices_streams(
     chat, speech = servers.chat, servers.speech
     chat.hold()  # the model writes a word per permit
     speech.hold()  # the voice sends a sentence's first chunk, then one per permit
+    recorder = Recorder()
     try:
-        async with Harness(executor) as h:
+        async with Harness(executor, observer=recorder) as h:
             await say(h, "weather")
             await asyncio.wait_for(chat.requested.wait(), 30)  # hang guards only
             await chat.release(9)  # "I heard 0 audio parts in 2 messages. The"
@@ -97,6 +99,15 @@ async def test_a_barge_in_closes_the_language_models_and_the_voices_streams(
     finally:
         await executor.aclose()
         await executor.llm.aclose()
+    # Every stage timed as remote; the cut answer has no whole reply to time.
+    timed = [c[1:] for c in recorder.calls if c[0] == "stage_timed"]
+    by_response = {
+        response["id"]: {(t.stage, t.where, t.phase) for r, t in timed if r == response["id"]}
+        for response in h.responses_done()
+    }
+    spoken = {("asr", "remote", "transcript"), ("llm", "remote", "first_token")}
+    spoken.add(("tts", "remote", "first_audio"))
+    assert list(by_response.values()) == [spoken, spoken | {("llm", "remote", "total")}]
 
 
 async def test_speculation_and_the_early_answer_use_the_remote_stages(servers: Servers) -> None:

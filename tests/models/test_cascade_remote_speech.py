@@ -19,6 +19,7 @@ from models.speech.remote_tts import RemoteSynthesizer
 from tests.support.audio import say
 from tests.support.fake_speech import CHUNK, CHUNKS, FakeSpeech, running_fake_speech
 from tests.support.harness import Harness
+from tests.support.recorder import Recorder
 
 ANSWER = "It is sunny. Take a hat."
 VOICES = {"alloy": "af_bella", "*": "af_heart"}  # alloy: a session's default voice
@@ -121,3 +122,19 @@ async def test_a_failing_speech_server_fails_the_answer_and_the_session_lives(
         await say(h, "timer")
         await h.wait_until(lambda: len(h.responses_done()) == 2)
         assert h.responses_done()[1]["status"] == "completed"
+
+
+async def test_remote_stages_are_timed_as_remote(fake: FakeSpeech) -> None:
+    recorder = Recorder()
+    executor = await remote_cascade(fake, AnsweringModel())
+    async with Harness(executor, observer=recorder) as h:
+        await say(h, "weather")
+        await h.wait_until(lambda: len(h.responses_done()) == 1)
+        await h.settle()
+    timed = {(c[2].stage, c[2].where, c[2].phase) for c in recorder.calls if c[0] == "stage_timed"}
+    assert timed == {
+        ("asr", "remote", "transcript"),
+        ("llm", "embedded", "first_token"),
+        ("llm", "embedded", "total"),
+        ("tts", "remote", "first_audio"),
+    }

@@ -198,6 +198,9 @@ async def test_a_tool_call_round_trips(fake: FakeOpenAI) -> None:
         first = await collect(ex, prompt(tools=(TOOL,), tool_choice="lookup_order"))
         calls = [c.function_call for c in first if c.function_call is not None]
         assert calls == [FunctionCall("lookup_order", '{"order_id": "A-17"}', "chatcmpl-tool-1")]
+        # A reply that is only a call has its first output in the call.
+        timed = {(t.stage, t.where, t.phase) for t in ex.stage_timings("resp_abcdef000001")}
+        assert timed == {("llm", "remote", "first_token"), ("llm", "remote", "total")}
         call, output = (
             PromptItem(
                 "c",

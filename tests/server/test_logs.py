@@ -18,7 +18,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedError
 
 from bench.speech import load_wav, silence
-from server.logs import REDACTED, RedactFilter, SessionFilter, session_var
+from models.stage_timing import StageTiming
+from server.logs import REDACTED, LogObserver, RedactFilter, SessionFilter, session_var
 from tests.support.audio import CHUNK, b64_pcm
 from tests.support.events import TIMEOUT_S, Events
 from tests.support.servers import ServerFactory
@@ -157,3 +158,12 @@ async def test_invalid_utf8_closes_with_1007_and_no_traceback(
     assert any("not UTF-8" in r.getMessage() for r in records)
     assert not [r for r in records if r.levelno >= logging.WARNING or r.exc_info]
     assert "Traceback" not in caplog.text and "UnicodeDecodeError" not in caplog.text
+
+
+def test_each_model_stage_time_is_a_debug_line(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="parley.sessions")
+    timing = StageTiming("asr", "remote", "transcript", 0.4123, "resp_1", speculative=True)
+    LogObserver().stage_timed("sess_1", "resp_1", timing)
+    assert caplog.messages == [
+        "session sess_1: response resp_1: asr (remote) transcript 0.412 s, speculative"
+    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,9 @@ from websockets.asyncio.client import connect
 from bench.speech import load_wav, silence
 from engine.observer import Observer
 from models.listening.fair_pool import FairPool
+from models.stage_timing import StageTiming
+from server.app import create_app
+from server.config import Settings
 from server.metrics import (
     Metrics,
     MetricsObserver,
@@ -28,9 +32,11 @@ from server.metrics import (
 )
 from server.observers import FanOut
 from tests.support.audio import ws_append_chunked
+from tests.support.clock import FakeClock
 from tests.support.events import Events
 from tests.support.scrape import Samples, parse, value
-from tests.support.servers import RunningServer, ServerFactory
+from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory, serving_app
+from tests.support.timed_stages import cascade
 
 KEY = "sk-metrics-test"
 VAD = {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
@@ -66,6 +72,11 @@ async def test_a_turn_moves_every_counter_and_histogram_by_what_happened(
     assert value(before, "parley_sessions_total") == 0
     for stage in STAGES:  # the series exist before the first turn
         assert ("parley_turn_latency_seconds_count", (("stage", stage),)) in before
+    stage_series = {
+        labels for name, labels in before if name == "parley_stage_seconds_count"
+    }  # each model stage's, embedded and remote: 8, and never more
+    assert len(stage_series) == 8
+    assert (("phase", "first_audio"), ("stage", "tts"), ("where", "remote")) in stage_series
     pcm = np.concatenate([silence(300), load_wav("timer"), silence(900)])
     async with connect(server.ws_url) as ws:
         events = Events(ws.recv)
@@ -259,3 +270,75 @@ def test_seconds_of_paced_audio_are_counted() -> None:
     observer.audio_paced("t", 0.25)
     samples = parse(render(metrics).decode())
     assert value(samples, "parley_input_audio_paced_seconds_total") == 1.75
+
+
+def test_each_model_stage_is_timed_by_stage_where_and_phase() -> None:
+    metrics, observer = direct()
+    observer.stage_timed("s", "r1", StageTiming("asr", "remote", "transcript", 0.3, "r1"))
+    observer.stage_timed("s", "r1", StageTiming("llm", "embedded", "first_token", 0.2, "r1"))
+    observer.stage_timed("s", "r1", StageTiming("tts", "remote", "first_audio", 0.04, "r1"))
+    spoken = StageTiming("asr", "remote", "transcript", 0.0, "r2", speculative=True)
+    observer.stage_timed("s", "r2", spoken)
+    samples = parse(render(metrics).decode())
+
+    def seconds(suffix: str, stage: str, where: str, phase: str) -> float:
+        labels = {"stage": stage, "where": where, "phase": phase}
+        return value(samples, f"parley_stage_seconds_{suffix}", **labels)
+
+    assert seconds("count", "asr", "remote", "transcript") == 2
+    assert seconds("sum", "asr", "remote", "transcript") == pytest.approx(0.3)
+    assert seconds("count", "llm", "embedded", "first_token") == 1
+    assert seconds("count", "llm", "remote", "first_token") == 0
+    tts = {"stage": "tts", "where": "remote", "phase": "first_audio"}
+    assert value(samples, "parley_stage_seconds_bucket", le="0.025", **tts) == 0
+    assert value(samples, "parley_stage_seconds_bucket", le="0.05", **tts) == 1
+    assert value(samples, "parley_speculative_transcripts_total") == 1
+
+
+def test_a_stage_timing_outside_the_fixed_series_is_refused(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("server.metrics._reported", set())
+    metrics, observer = direct()
+    odd = StageTiming("tts", "embedded", "first_token", 0.1, "r")  # no such phase of tts
+    observer.stage_timed("s", "r", odd)
+    samples = parse(render(metrics).decode())
+    assert not [
+        labels
+        for (name, labels) in samples
+        if dict(labels).get("phase") == "first_token" and dict(labels).get("stage") == "tts"
+    ]
+    assert any("stage_timed" in r.getMessage() for r in caplog.records)
+
+
+def test_docs_metrics_lists_every_metric_with_its_type() -> None:
+    rows = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    metrics = Metrics(CollectorRegistry())
+    for family in metrics.registry.collect():
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        assert f"| `{name}` | {family.type} |" in rows, name
+
+
+async def test_a_served_cascade_shows_each_stage_of_its_answer_in_the_scrape() -> None:
+    ex, _, _ = cascade(FakeClock(), written=True)
+    settings = Settings(**TEST_SETTINGS)
+    app = create_app(settings, executor=ex)
+    pcm = np.concatenate([silence(300), load_wav("timer"), silence(900)])
+    async with serving_app(app, settings, name="cascade") as running:
+        async with connect(running.ws_url) as ws:
+            events = Events(ws.recv)
+            await events.until("session.created")
+            await ws.send(json.dumps({"type": "session.update", "session": VAD}))
+            await ws_append_chunked(ws, pcm)
+            await events.until("response.done")
+            samples = await scrape(running)
+    await ex.aclose()
+    for stage, phase in [
+        ("asr", "transcript"),
+        ("llm", "first_token"),
+        ("llm", "total"),
+        ("tts", "first_audio"),
+    ]:
+        labels = {"stage": stage, "where": "embedded", "phase": phase}
+        assert value(samples, "parley_stage_seconds_count", **labels) == 1, labels
+        assert value(samples, "parley_stage_seconds_count", **{**labels, "where": "remote"}) == 0

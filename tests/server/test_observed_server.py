@@ -7,30 +7,25 @@ import json
 import time
 
 import numpy as np
-import uvicorn
 from websockets.asyncio.client import connect
 
 from bench.speech import load_wav, silence
 from server.app import create_app
-from server.cli import uvicorn_options
 from server.config import Settings
 from tests.support.audio import ws_append_chunked
 from tests.support.events import Events
 from tests.support.recorder import Recorder
-from tests.support.servers import TEST_SETTINGS, bound_socket, serving
+from tests.support.servers import TEST_SETTINGS, serving_app
 
 
 async def test_frames_are_reported_and_an_append_carries_its_arrival() -> None:
     recorder = Recorder()
     settings = Settings(**TEST_SETTINGS)
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    options = {**uvicorn_options(settings), "port": port, "log_config": None}
-    config = uvicorn.Config(create_app(settings, observer=recorder), **options)
+    app = create_app(settings, observer=recorder)
     pcm = np.concatenate([silence(300), load_wav("timer"), silence(900)])
     before = time.monotonic()
-    async with serving(config, sock, name="observed"):
-        async with connect(f"ws://127.0.0.1:{port}/v1/realtime") as ws:
+    async with serving_app(app, settings, name="observed") as server:
+        async with connect(server.ws_url) as ws:
             events = Events(ws.recv)
             await events.until("session.created")
             update = {

@@ -17,6 +17,7 @@ import uvicorn
 from openai import AsyncOpenAI
 from openai.resources.realtime.realtime import AsyncRealtimeConnectionManager
 
+from server.cli import uvicorn_options
 from server.config import Settings
 
 # Fast, but still paced: a response streams over a few hundred milliseconds.
@@ -103,6 +104,17 @@ class RunningServer:
 
 
 ServerFactory = Callable[..., Awaitable[RunningServer]]
+
+
+@contextlib.asynccontextmanager
+async def serving_app(app: Any, settings: Settings, *, name: str) -> AsyncIterator[RunningServer]:
+    """An app made by the test (`create_app` with its own executor or observer),
+    served as `parley serve` would serve it, on a free port, until the block ends."""
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    options = {**uvicorn_options(settings), "port": port, "log_config": None}
+    async with serving(uvicorn.Config(app, **options), sock, name=name):
+        yield RunningServer(settings, port)
 
 
 def sdk_connect(server: RunningServer) -> AsyncRealtimeConnectionManager:
