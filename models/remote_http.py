@@ -155,13 +155,27 @@ class _Outcome:
     failure: str | None = None
 
 
+def failure_class(kind: str) -> str:
+    """A failure's kind for a metric label, from a small fixed set: refused, timeout,
+    broken, http_429, http_4xx, http_5xx, error."""
+    if kind.startswith("http_") and kind != "http_429":
+        return "http_5xx" if kind >= "http_5" else "http_4xx"
+    return kind if kind in FAILURE_CLASSES else "error"
+
+
+FAILURE_CLASSES = ("refused", "timeout", "broken", "http_429", "http_4xx", "http_5xx", "error")
+
+
 @dataclass
 class Replicas:
-    """One stage's replicas, which failed lately, and how each last answered."""
+    """One stage's replicas, which failed lately, and how each last answered.
+    `on_failure(stage, failure class)` is told of each failed attempt or probe
+    (the server counts them in /metrics)."""
 
     options: RemoteOptions
     clock: Callable[[], float] = time.monotonic
     _next: Iterator[int] = field(default_factory=itertools.count)
+    on_failure: Callable[[str, str], None] | None = None
 
     def __post_init__(self) -> None:
         self._cooldown = Cooldown(self.options.down_for_s, self.clock)
@@ -187,6 +201,8 @@ class Replicas:
         outcome = self._outcomes.setdefault(url, _Outcome())
         was_up = outcome.failed_at is None or (outcome.ok_at or 0.0) > outcome.failed_at
         outcome.failed_at, outcome.failure = self.clock(), error.kind
+        if self.on_failure is not None:
+            self.on_failure(self.options.stage, failure_class(error.kind))
         if was_up:
             log.warning("%s stage: %s", self.options.stage, error)
 

@@ -205,6 +205,8 @@ def create_app(
             end_of_turn.pool.on_drop = metrics.dropped_by("end_of_turn")
         if text_turn is not None:
             text_turn.pool.on_drop = metrics.dropped_by("text_end_of_turn")
+        for replicas in model_executor.remote_stages():
+            replicas.on_failure = metrics.remote_failed
     observers = compose([observer, metered, LogObserver()])
 
     def queued() -> int:

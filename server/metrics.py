@@ -124,6 +124,14 @@ class Metrics:
             "committed (their asr transcript time was spent during the user's pause).",
             registry=r,
         )
+        self.remote_failures = Counter(
+            "parley_remote_failures",
+            "Failed attempts and probes to a remote model stage's replicas (each "
+            "passes that replica over for a while), by stage (asr, tts, llm; model for "
+            "--backend-url) and how: refused, timeout, broken, http_429, http_4xx, "
+            "http_5xx, error.",
+            ["stage", "kind"], registry=r,
+        )  # fmt: skip
         self.executor_queued = Gauge(
             "parley_executor_queued", "Model calls waiting for a free slot.",
             registry=r, multiprocess_mode="livesum",
@@ -160,6 +168,10 @@ class Metrics:
             self.responses.labels(status)
         for reason in get_args(RefusalReason):
             self.sessions_refused.labels(reason)
+
+    def remote_failed(self, stage: str, kind: str) -> None:
+        """A remote stage's `Replicas.on_failure`."""
+        self.remote_failures.labels(stage, kind).inc()
 
     def dropped_by(self, model: str) -> Callable[[str], None]:
         """A shared model's `on_drop` (models/listening/fair_pool.py): counts its

@@ -11,7 +11,14 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from models.remote_http import RemoteError, RemoteOptions, Replicas, Retryable, probe
+from models.remote_http import (
+    RemoteError,
+    RemoteOptions,
+    Replicas,
+    Retryable,
+    failure_class,
+    probe,
+)
 from tests.support.clock import FakeClock
 from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 from tests.support.servers import ServerFactory
@@ -113,12 +120,31 @@ async def test_healthz_reports_each_remote_stage_without_its_urls(
                 break
             await asyncio.sleep(0.01)
         text = (await http.get("/healthz")).text
+        scrape = (await http.get("/metrics")).text
     assert body["status"] == "ok"  # liveness does not hang on the model servers
     ((stage,),) = [stages]
     assert stage["stage"] == "model" and stage["status"] == "degraded"
     assert [r["up"] for r in stage["replicas"]] == [True, False]
     assert stage["replicas"][1]["last_failure"] == "refused"
     assert "127.0.0.1" not in text and fake.url("a") not in text
+    # Each failed probe counts, by stage and how it failed.
+    [line] = [x for x in scrape.splitlines() if x.startswith("parley_remote_failures_total{")]
+    assert 'kind="refused"' in line and 'stage="model"' in line and float(line.split()[-1]) >= 1
+
+
+def test_failures_count_in_a_few_fixed_classes() -> None:
+    assert [failure_class(k) for k in ("http_503", "http_500", "http_404", "http_429")] == [
+        "http_5xx",
+        "http_5xx",
+        "http_4xx",
+        "http_429",
+    ]
+    assert [failure_class(k) for k in ("refused", "timeout", "broken", "weird")] == [
+        "refused",
+        "timeout",
+        "broken",
+        "error",
+    ]
 
 
 async def test_healthz_of_an_embedded_pipeline_lists_no_remote_stages(
