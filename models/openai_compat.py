@@ -316,6 +316,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
         """Every attempt of one request, deltas into `state.queue`; the outcome
         (None, or the error) last."""
         request_id = prompt.request_id
+        self._time_llm(state, request_id, "remote")
         try:
             tries = self.replicas.attempts(prompt.session_id or session_key(request_id))
             for number, url in enumerate(tries, 1):
@@ -324,6 +325,8 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                 self.stats.attempts[request_id] = number
                 with tries.retrying(url):
                     await self._attempt(Attempt(self.options, url), prompt, state)
+                    if state.llm is not None:
+                        state.llm.reached("total")
                     state.queue.put_nowait(None)
                     return
             raise tries.gave_up()
@@ -354,6 +357,8 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
                         attempt.heard = True
                         self.stats.mark(prompt.request_id, "first_token")
                         state.queue.put_nowait(delta)
+                    if attempt.heard and state.llm is not None:
+                        state.llm.reached("first_token")
                 if not done:
                     raise attempt.broken("closed the stream before the answer ended")
                 if calls := function_calls(state.calls, prompt.request_id):

@@ -20,7 +20,7 @@ from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
 from models.speech.transcripts import Transcripts
-from models.stage_timing import Clock, StageTimer
+from models.stage_timing import Clock, StageTimer, Where
 
 # Request ids aborted before they started, remembered so they never start.
 EARLY_ABORTS = 1024
@@ -31,6 +31,8 @@ class RequestState:
     """A response in flight at the model."""
 
     aborted: bool = False
+    # Times the model: its first text or call, and its whole reply (`_begin`).
+    llm: StageTimer | None = None
 
 
 @dataclass
@@ -74,6 +76,11 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         self._requests[request_id] = state
         self.stats.mark(request_id, "started")
         return state
+
+    def _time_llm(self, state: RequestState, request_id: str, where: Where) -> None:
+        """Time the model of `state` from now (models/stage_timing.py)."""
+        state.llm = StageTimer("llm", where, request_id, self.stats.timings.add, self.clock)
+        state.llm.begin()
 
     def _speak(
         self, pieces: AsyncGenerator[str, None], prompt: Prompt, state: R

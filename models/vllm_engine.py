@@ -289,6 +289,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
             Decoding(limit, self.options.temperature, schema, keep_special=splitter is not None)
         )
         state = self._begin(request_id, _Request())
+        self._time_llm(state, request_id, "embedded")  # vLLM in this process
         try:
             stream = engine.generate(self.backend.engine_input(audio_prompt), params, request_id)
             pieces = self._text(stream, request_id, state)
@@ -335,10 +336,14 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
                         state.tokens += len(completion.token_ids)
                         self.stats.tokens_by_request[request_id] = state.tokens
                         self.stats.mark(request_id, "first_token")
+                        if state.llm is not None:
+                            state.llm.reached("first_token")
                     if completion.finish_reason is not None:
                         state.finish_reason = completion.finish_reason
                 if output.finished:
                     state.finished = True
+                    if state.llm is not None and state.finish_reason != "abort":
+                        state.llm.reached("total")
                 if state.aborted or state.finish_reason == "abort":
                     state.aborted = True
                     return

@@ -323,3 +323,9 @@ async def test_a_remote_voice_speaks_the_text_in_the_sessions_voice(fake: FakeOp
     assert [c for c in chunks if c.audio is not None]
     voices = {body["voice"] for _, body in speech.spoken}
     assert voices == {"am_adam"} and len(speech.spoken) == 3  # one request per sentence
+    timed = {(t.stage, t.where, t.phase) for t in ex.stage_timings("resp_abcdef000001")}
+    assert timed == {
+        ("llm", "remote", "first_token"),
+        ("llm", "remote", "total"),
+        ("tts", "remote", "first_audio"),
+    }

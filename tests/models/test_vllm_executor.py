@@ -64,6 +64,9 @@ async def test_streams_deltas_as_text_and_counts_tokens() -> None:
     assert rate == 16_000 and clip.dtype == np.float32
     assert ex.stats.tokens_by_request["resp_1"] == 17  # 16 words + the byte-level piece
     assert backend.engine.running == set() and backend.engine.aborted == []
+    # The model is timed in this process: its first token, then the whole reply.
+    timed = [(t.stage, t.where, t.phase) for t in ex.stage_timings("resp_1")]
+    assert timed == [("llm", "embedded", "first_token"), ("llm", "embedded", "total")]
 
 
 async def test_speaks_each_sentence_while_the_model_still_writes() -> None:
@@ -108,6 +111,8 @@ async def test_abort_mid_stream_calls_engine_abort_and_stops() -> None:
     assert [c async for c in stream] == []  # the final "abort" output ends it quietly
     assert engine.running == set() and ex.running == 0
     assert ex.stats.aborted == ["resp_1"]
+    # A reply cut short has a first token, and no time for the whole reply.
+    assert [t.phase for t in ex.stage_timings("resp_1")] == ["first_token"]
 
 
 async def test_a_stream_closed_early_is_aborted_in_the_engine() -> None:
