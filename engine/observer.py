@@ -29,6 +29,10 @@ class Observer:
     def session_closed(self, session_id: str) -> None:
         """A session ended; nothing more is reported for it."""
 
+    def tracing_set(self, session_id: str, label: str | None) -> None:
+        """The session's `tracing` became `label` (engine/tracing.py: safe for a log
+        line, unbounded in its values: never a metric label), or None (off)."""
+
     def connection_closed(self, session_id: str | None, code: int) -> None:
         """The transport ended the connection with WebSocket close `code`: the code
         it sent, or the client's when the client closed first. `session_id` is None

@@ -13,6 +13,7 @@ from engine import protocol
 from engine.conversation import Conversation, Item
 from engine.items import item_from_wire, prompt_items
 from engine.observer import ResponseStatus
+from engine.prompts import with_prompt
 from engine.response_stream import ResponseStream
 from engine.session_config import (
     Modality,
@@ -239,15 +240,18 @@ def response_prompt(
     return Prompt(
         request_id=request_id,
         session_id=session_id,
-        instructions=request.instructions
-        if request.instructions is not None
-        else config.instructions,
+        instructions=with_prompt(
+            config.prompt,
+            request.instructions if request.instructions is not None else config.instructions,
+        ),
         items=items,
         output_modalities=modalities,
         max_output_tokens=None if max_output_tokens == "inf" else int(max_output_tokens),
         tools=(*function_tools(request, config), *mcp_tools),
         tool_choice="auto" if choose_freely else request.tool_choice or config.tool_choice,
         voice=config.voice,
+        parallel_tool_calls=config.parallel_tool_calls,
+        reasoning_effort=config.reasoning_effort,
     )
 
 

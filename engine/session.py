@@ -64,6 +64,7 @@ from engine.observer import Observer
 from engine.pause_scoring import EndOfTurnScored
 from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackReport, TrackAudio
 from engine.prepare_chain import PrepareChain, PrepareChainBroken
+from engine.prompts import PromptLibrary
 from engine.responder import Responder, ResponseEnded
 from engine.response import (
     ResponseFinished,
@@ -77,6 +78,7 @@ from engine.session_config import (
     to_wire,
     unhonoured,
 )
+from engine.tracing import trace_label
 from engine.transcription import InputTranscription, TranscriptionFinished
 from engine.turn_detection import AnswerEarly, TurnDetection
 from engine.turns import (
@@ -106,8 +108,10 @@ class Session:
         hearing: HearingRecognizer | None = None,
         clock: Callable[[], float] = time.monotonic,
         mcp_client: McpClient | None = None,
+        prompts: PromptLibrary | None = None,
     ) -> None:
         self.limits = limits or EngineLimits()
+        self.prompts = prompts  # the operator's, for `session.prompt`
         self.mailbox = Mailbox(self.limits.mailbox_slots)
         self.executor = executor
         self.ids = Ids()
@@ -118,7 +122,7 @@ class Session:
         mcp_client = mcp_client or NoMcp()
         # A WebRTC call may bring its own on top of its key's, applied in that order.
         for each in preset if isinstance(preset, tuple) else (preset,) if preset else ():
-            config = apply_update(config, each, audio_started=False)
+            config = apply_update(config, each, audio_started=False, prompts=prompts)
             if (refused := tools_refusal(each.tools, mcp_client.policy)) is not None:
                 raise refused  # a key's was checked when made; a call's own part is new
         self.config = config
@@ -257,6 +261,8 @@ class Session:
         )
         if self.observer is not None:
             self.observer.session_opened(self.session_id)
+            if (label := trace_label(self.config.tracing)) is not None:
+                self.observer.tracing_set(self.session_id, label)
         self.mcp.sync(self.config.mcp)  # an ephemeral key's preset may name servers
         try:
             draining = False
@@ -700,7 +706,11 @@ class Session:
         does anything change, so a refused update leaves the session as it was."""
         old = self.config
         new = apply_update(
-            old, event.session, audio_started=self.playback.spoke, event_id=event.event_id
+            old,
+            event.session,
+            audio_started=self.playback.spoke,
+            event_id=event.event_id,
+            prompts=self.prompts,
         )
         # Refused before anything is sent to them (engine/mcp/egress.py).
         refused = tools_refusal(event.session.tools, self.mcp.client.policy, event.event_id)
@@ -730,6 +740,8 @@ class Session:
             self.turns.use(detector)
             self._speech = None
         self.emit.send(updated)
+        if self.observer is not None and new.tracing != old.tracing:
+            self.observer.tracing_set(self.session_id, trace_label(new.tracing))
         if new.mcp != old.mcp:
             self.mcp.sync(new.mcp)
         for unsupported in unhonoured(event.session, event.event_id):

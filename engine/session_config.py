@@ -15,6 +15,7 @@ from typing import Any, Literal
 from engine.audio_format import PCM24, AudioFormat
 from engine.interruption import InterruptionParams
 from engine.mcp.rules import ApprovalFilter, McpServer, ToolFilter, server_of
+from engine.prompts import PromptLibrary, PromptRef, resolve_prompt
 from engine.protocol import (
     AudioFormatIn,
     InterruptionIn,
@@ -22,14 +23,18 @@ from engine.protocol import (
     SessionIn,
     ToolChoiceIn,
     ToolIn,
+    TracingIn,
     TranscriptionIn,
     TurnDetectionIn,
+    VoiceIdIn,
 )
 from engine.semantic_turns import SemanticVadParams
+from engine.tracing import TraceNames, Tracing
 from engine.turns import ServerVadParams
 from models.base import SpeechHint, Tool
 
 Modality = Literal["text", "audio"]
+ReasoningEffort = Literal["minimal", "low", "medium", "high", "xhigh"]
 DEFAULT_VAD = ServerVadParams()
 
 
@@ -65,6 +70,13 @@ class SessionConfig:
     # was sent as the far end; never echoed in session.updated.
     echo_cancellation: bool = False
     echo_cancel_input: bool = False
+    # The voice as `{"id": voice}` rather than a string: echoed in the shape it came.
+    voice_as_id: bool = False
+    prompt: PromptRef | None = None  # the operator's template (engine/prompts.py)
+    tracing: Tracing = None  # a label on the session's log lines (engine/tracing.py)
+    include: tuple[str, ...] | None = None  # echoed; no logprobs are produced yet
+    reasoning_effort: ReasoningEffort | None = None  # sent to chat backends
+    parallel_tool_calls: bool | None = None  # sent to chat backends
 
     @property
     def speech_hint(self) -> SpeechHint | None:
@@ -77,9 +89,15 @@ class SessionConfig:
 
 
 def apply_update(
-    config: SessionConfig, patch: SessionIn, *, audio_started: bool, event_id: str | None = None
+    config: SessionConfig,
+    patch: SessionIn,
+    *,
+    audio_started: bool,
+    event_id: str | None = None,
+    prompts: PromptLibrary | None = None,
 ) -> SessionConfig:
-    """Merge a partial `session` object into `config` (fields absent stay as they are)."""
+    """Merge a partial `session` object into `config` (fields absent stay as they are);
+    `prompts` are the operator's, for `prompt` (None: none configured)."""
 
     def fail(code: str, message: str, param: str) -> ProtocolError:
         return ProtocolError(code, message, param, event_id)
@@ -103,6 +121,19 @@ def apply_update(
     if "max_output_tokens" in sent:
         value = patch.max_output_tokens
         changes["max_output_tokens"] = "inf" if value is None else value
+
+    if "prompt" in sent:
+        changes["prompt"] = (
+            None if patch.prompt is None else resolve_prompt(patch.prompt, prompts, event_id)
+        )
+    if "tracing" in sent:
+        changes["tracing"] = _tracing(patch.tracing)
+    if "include" in sent:
+        changes["include"] = None if patch.include is None else tuple(patch.include)
+    if "reasoning" in sent:
+        changes["reasoning_effort"] = patch.reasoning.effort if patch.reasoning else None
+    if "parallel_tool_calls" in sent:
+        changes["parallel_tool_calls"] = patch.parallel_tool_calls
 
     audio_in = patch.audio.input if patch.audio else None
     audio_out = patch.audio.output if patch.audio else None
@@ -130,7 +161,8 @@ def apply_update(
     if audio_in is not None and "transcription" in audio_in.model_fields_set:
         changes["input_transcription"] = _transcription(audio_in.transcription)
 
-    voice = audio_out.voice if audio_out else None
+    sent_voice = audio_out.voice if audio_out else None
+    voice = sent_voice.id if isinstance(sent_voice, VoiceIdIn) else sent_voice
     if voice is not None and voice != config.voice:
         if audio_started:
             raise fail(
@@ -139,6 +171,8 @@ def apply_update(
                 "session.audio.output.voice",
             )
         changes["voice"] = voice
+    if voice is not None:
+        changes["voice_as_id"] = isinstance(sent_voice, VoiceIdIn)
 
     for side, nested in (("input", audio_in), ("output", audio_out)):
         fmt = _format(
@@ -217,6 +251,17 @@ def _tool_choice_wire(choice: str) -> Any:
     if choice in ("auto", "none", "required"):
         return choice
     return {"type": "function", "name": choice}
+
+
+def _tracing(value: Literal["auto"] | TracingIn | None) -> Tracing:
+    if value is None or value == "auto":
+        return value
+    metadata = None if value.metadata is None else json.dumps(value.metadata)
+    return TraceNames(value.workflow_name, value.group_id, metadata)
+
+
+def _tracing_wire(tracing: Tracing) -> Any:
+    return tracing.wire() if isinstance(tracing, TraceNames) else tracing
 
 
 def _transcription(value: TranscriptionIn | None) -> InputTranscription | None:
@@ -314,6 +359,11 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
             transcription["language"] = t.language
         if t.prompt:
             transcription["prompt"] = t.prompt
+    optional: dict[str, Any] = {}
+    if config.reasoning_effort is not None:
+        optional["reasoning"] = {"effort": config.reasoning_effort}
+    if config.parallel_tool_calls is not None:
+        optional["parallel_tool_calls"] = config.parallel_tool_calls
     return {
         "type": "realtime",
         "model": config.model,
@@ -340,6 +390,13 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
                 if config.noise_reduction is None
                 else {"type": config.noise_reduction},
             },
-            "output": {"format": config.output_format.to_wire(), "voice": config.voice},
+            "output": {
+                "format": config.output_format.to_wire(),
+                "voice": {"id": config.voice} if config.voice_as_id else config.voice,
+            },
         },
+        "prompt": None if config.prompt is None else config.prompt.wire(),
+        "tracing": _tracing_wire(config.tracing),
+        "include": None if config.include is None else list(config.include),
+        **optional,
     }

@@ -71,6 +71,10 @@ class Prompt:
     session_id: str = ""
     # The session's voice (OpenAI's names); a remote synthesizer maps it to its own.
     voice: str = ""
+    # The session's `parallel_tool_calls` and `reasoning.effort` (None: not set), for
+    # chat backends (models/openai_compat.py chat_tools); embedded models ignore them.
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)

@@ -121,10 +121,16 @@ def chat_tool_choice(choice: str) -> str | dict[str, Any]:
 
 
 def chat_tools(prompt: Prompt) -> dict[str, Any]:
-    """The request's `tools` and `tool_choice`; none for `tool_choice` "none"."""
+    """The request's `tools`, `tool_choice` and `parallel_tool_calls` (none for
+    `tool_choice` "none"), and the session's `reasoning_effort` where it set one."""
+    extra: dict[str, Any] = {}
+    if prompt.reasoning_effort is not None:
+        extra["reasoning_effort"] = prompt.reasoning_effort
     if not prompt.tools or prompt.tool_choice == "none":
-        return {}
-    return {
+        return extra
+    if prompt.parallel_tool_calls is not None:
+        extra["parallel_tool_calls"] = prompt.parallel_tool_calls
+    return extra | {
         "tools": [tool_schema(t) for t in prompt.tools],
         "tool_choice": chat_tool_choice(prompt.tool_choice),
     }

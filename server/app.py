@@ -50,6 +50,7 @@ from server.key_uses import KeyUses
 from server.logs import LogObserver, install_redaction
 from server.metrics import CONTENT_TYPE, Metrics, MetricsObserver, mark_dead, probe_loop, render
 from server.observers import compose
+from server.prompts import load_prompts
 from server.realtime import RealtimeEndpoint
 from server.remote_stages import probe_forever, stages_health
 from server.sessions import SessionHub
@@ -284,6 +285,7 @@ def create_app(
         refused=count_refused,
     )
     # The sessions of both transports, siblings over the hub (server/sessions.py).
+    prompts = None if settings.prompts_dir is None else load_prompts(settings.prompts_dir)
     hub = SessionHub(
         settings,
         model_executor,
@@ -292,6 +294,7 @@ def create_app(
         end_of_turn=scorer,
         hearing=hearing,
         mcp_client=mcp_client,
+        prompts=prompts,
     )
     # Behind a load balancer: what reaches this replica for a call another holds is
     # forwarded there (server/call_forward.py); None for a single server.
@@ -359,6 +362,7 @@ def create_app(
             default_model=settings.model,
             default_ttl_s=settings.ephemeral_ttl_s,
             mcp_policy=mcp_client.policy,
+            prompts=prompts,
         )
         return Response(minted, media_type="application/json")
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.emitter import build
 from engine.mcp.egress import OFF, McpPolicy, tools_refusal
+from engine.prompts import PromptLibrary
 from engine.protocol import (
     ProtocolError,
     SessionIn,
@@ -286,6 +287,7 @@ def create_client_secret(
     default_model: str,
     default_ttl_s: int,
     mcp_policy: McpPolicy = OFF,
+    prompts: PromptLibrary | None = None,
 ) -> bytes:
     """Mint an ephemeral key for `request.session`: the JSON body of the SDK's
     `ClientSecretCreateResponse`. The session is checked the way `session.update`
@@ -300,7 +302,7 @@ def create_client_secret(
     config = SessionConfig(model=model)
     if preset is not None:
         try:
-            config = apply_update(config, preset, audio_started=False)
+            config = apply_update(config, preset, audio_started=False, prompts=prompts)
         except ProtocolError as exc:
             raise bad_request(exc) from None
         if (refused := tools_refusal(preset.tools, mcp_policy)) is not None:

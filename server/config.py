@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     # resolve; `mcp_public` opens any https server whose addresses are all public.
     mcp_allowed_origins: Annotated[list[str], NoDecode] = []
     mcp_public: bool = False
+    # `session.prompt`: a directory of prompt templates, ID.txt and ID@VERSION.txt,
+    # read at start (server/prompts.py; docs/deploy.md, "Prompts"). None: a session
+    # naming a prompt gets an error.
+    prompts_dir: Path | None = None
 
     # WebRTC offers (docs/deploy.md, "WebRTC offers"). Parley sends ICE checks (STUN)
     # to every remote candidate an offer lists: it keeps at most this many distinct

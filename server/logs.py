@@ -3,6 +3,8 @@
 - `LogObserver` (an engine observer) logs each session's life with its ids: opened,
   closed with its close code, every error sent with its code, every response done
   with its status.
+- A session's `tracing` (its workflow name and group id, made safe by
+  engine/tracing.py) goes beside its id on those lines (`trace_labels`).
 - `session_var` holds the session id of the connection a task serves
   (server/realtime.py sets it; the session's tasks inherit it), and `SessionFilter`
   puts it on every record, so lines from the engine and the models name their
@@ -28,6 +30,9 @@ from models.stage_timing import StageTiming
 log = logging.getLogger("parley.sessions")
 
 session_var: ContextVar[str | None] = ContextVar("parley_session", default=None)
+# A session's `tracing` label (engine/tracing.py made it safe for a line), by session
+# id: LogObserver keeps it, SessionFilter puts it beside the id.
+trace_labels: dict[str, str] = {}
 
 FORMAT = "%(levelname)s %(name)s%(session_tag)s: %(message)s"
 
@@ -37,7 +42,9 @@ class SessionFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         session_id = session_var.get()
-        record.session_tag = f" [{session_id}]" if session_id else ""
+        label = trace_labels.get(session_id) if session_id else None
+        tag = f"{session_id} {label}" if label else session_id
+        record.session_tag = f" [{tag}]" if tag else ""
         return True
 
 
@@ -139,6 +146,16 @@ class LogObserver(Observer):
 
     def session_opened(self, session_id: str) -> None:
         log.info("session %s opened", session_id)
+
+    def session_closed(self, session_id: str) -> None:
+        trace_labels.pop(session_id, None)
+
+    def tracing_set(self, session_id: str, label: str | None) -> None:
+        if label is None:
+            trace_labels.pop(session_id, None)
+        else:
+            trace_labels[session_id] = label
+        log.info("session %s: tracing %s", session_id, label or "off")
 
     def connection_closed(self, session_id: str | None, code: int) -> None:
         if session_id is None:

@@ -31,6 +31,7 @@ from engine.interruption import HearingRecognizer
 from engine.limits import EngineLimits
 from engine.mcp.client import McpClient
 from engine.observer import Observer
+from engine.prompts import PromptLibrary
 from engine.protocol import (
     ClientEvent,
     InputAudioBufferAppend,
@@ -130,6 +131,7 @@ class SessionHub:
     end_of_turn: EndOfTurnModel | None = None
     hearing: HearingRecognizer | None = None  # hears held speech
     mcp_client: McpClient | None = None  # reaches the MCP servers sessions name (None: none)
+    prompts: PromptLibrary | None = None  # the operator's, for `session.prompt`
     draining: bool = dataclasses.field(default=False, init=False)
     # Set while no session is open (for tests and graceful shutdown).
     drained: asyncio.Event = dataclasses.field(default_factory=asyncio.Event, init=False)
@@ -197,6 +199,7 @@ class SessionHub:
             end_of_turn=self.end_of_turn,
             hearing=self.hearing,
             mcp_client=self.mcp_client,
+            prompts=self.prompts,
         )
 
     # --- serving ------------------------------------------------------------------------

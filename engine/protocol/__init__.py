@@ -30,6 +30,7 @@ from engine.protocol.events import (
     InterruptionIn,
     ItemIn,
     OutputAudioBufferClear,
+    PromptRefIn,
     ResponseCancel,
     ResponseCreate,
     ResponseIn,
@@ -37,8 +38,10 @@ from engine.protocol.events import (
     SessionUpdate,
     ToolChoiceIn,
     ToolIn,
+    TracingIn,
     TranscriptionIn,
     TurnDetectionIn,
+    VoiceIdIn,
 )
 from engine.protocol.normalize import normalize, normalize_session
 from engine.protocol.parse import APPEND, SUPPORTED_TYPES, loads_json, parse_client_event
@@ -64,6 +67,7 @@ __all__ = [
     "InterruptionIn",
     "ItemIn",
     "OutputAudioBufferClear",
+    "PromptRefIn",
     "ProtocolError",
     "ResponseCancel",
     "ResponseCreate",
@@ -72,8 +76,10 @@ __all__ = [
     "SessionUpdate",
     "ToolChoiceIn",
     "ToolIn",
+    "TracingIn",
     "TranscriptionIn",
     "TurnDetectionIn",
+    "VoiceIdIn",
     "loads_json",
     "normalize",
     "normalize_session",

@@ -122,9 +122,29 @@ class AudioInputIn(_Loose):
     echo_cancellation: EchoCancellationIn | None = None
 
 
+class VoiceIdIn(_Loose):
+    """A voice named as an object (`{"id": ...}`), as GA allows for custom voices."""
+
+    id: str = Field(min_length=1, max_length=256)
+
+
+def _string_or_object(value: object) -> str | None:
+    """An object (or a model already validated from one), else a string."""
+    if isinstance(value, dict | BaseModel):
+        return TAG_OBJECT
+    return TAG_STRING if isinstance(value, str) else None
+
+
+# A voice: its name, or `{"id": name}`.
+VoiceIn = Annotated[
+    Annotated[str, Tag(TAG_STRING)] | Annotated[VoiceIdIn, Tag(TAG_OBJECT)],
+    _by_json_type(_string_or_object, "string_or_object_type", "a string or an object"),
+]
+
+
 class AudioOutputIn(_Loose):
     format: AudioFormatIn | None = None
-    voice: str | None = None
+    voice: VoiceIn | None = None
     speed: float | None = Field(default=None, ge=0.25, le=1.5)
 
 
@@ -161,17 +181,11 @@ class McpApprovalIn(_Loose):
     never: McpFilterIn | None = None
 
 
-def _approval_tag(value: object) -> str | None:
-    if isinstance(value, dict | McpApprovalIn):
-        return TAG_OBJECT
-    return TAG_STRING if isinstance(value, str) else None
-
-
 # An MCP tool's `require_approval`: "always", "never", or filters under each.
 RequireApprovalIn = Annotated[
     Annotated[McpApprovalIn, Tag(TAG_OBJECT)]
     | Annotated[Literal["always", "never"], Tag(TAG_STRING)],
-    _by_json_type(_approval_tag, "string_or_object_type", "a string or an object"),
+    _by_json_type(_string_or_object, "string_or_object_type", "a string or an object"),
 ]
 
 
@@ -197,22 +211,58 @@ class ToolIn(_Loose):
     server_description: str | None = None
 
 
+class PromptVariableIn(_Loose):
+    """A prompt variable given as a content part (`input_text`; an image or a file
+    is refused when the prompt is applied)."""
+
+    type: Literal["input_text", "input_image", "input_file"]
+    text: str | None = Field(default=None, max_length=65_536)
+
+
+PromptVariable = Annotated[
+    Annotated[Annotated[str, Field(max_length=65_536)], Tag(TAG_STRING)]
+    | Annotated[PromptVariableIn, Tag(TAG_OBJECT)],
+    _by_json_type(_string_or_object, "string_or_object_type", "a string or an object"),
+]
+
+
+class PromptRefIn(_Loose):
+    """`prompt`: a prompt template the operator configured (engine/prompts.py)."""
+
+    id: str = Field(max_length=128)
+    version: str | None = Field(default=None, max_length=64)
+    variables: dict[Annotated[str, Field(max_length=64)], PromptVariable] | None = Field(
+        default=None, max_length=64
+    )
+
+
+class TracingIn(_Loose):
+    workflow_name: str | None = Field(default=None, max_length=1024)
+    group_id: str | None = Field(default=None, max_length=1024)
+    metadata: JsonObject | None = None
+
+
+# `tracing`: "auto", or a trace's names.
+TracingChoiceIn = Annotated[
+    Annotated[Literal["auto"], Tag(TAG_STRING)] | Annotated[TracingIn, Tag(TAG_OBJECT)],
+    _by_json_type(_string_or_object, "string_or_object_type", "a string or an object"),
+]
+
+
+class ReasoningIn(_Loose):
+    effort: Literal["minimal", "low", "medium", "high", "xhigh"] | None = None
+
+
 class ToolChoiceFunction(_Loose):
     type: Literal["function"]
     name: str
-
-
-def _object_or_string(value: object) -> str | None:
-    if isinstance(value, dict | ToolChoiceFunction):
-        return TAG_OBJECT
-    return TAG_STRING if isinstance(value, str) else None
 
 
 # "auto", "none", "required", a function ({"type": "function", "name": ...}), or in
 # beta a function's bare name.
 ToolChoiceIn = Annotated[
     Annotated[ToolChoiceFunction, Tag(TAG_OBJECT)] | Annotated[str, Tag(TAG_STRING)],
-    _by_json_type(_object_or_string, "string_or_object_type", "a string or an object"),
+    _by_json_type(_string_or_object, "string_or_object_type", "a string or an object"),
 ]
 
 
@@ -260,6 +310,11 @@ class SessionIn(_Loose):
     output_modalities: list[Literal["text", "audio"]] | None = None
     audio: AudioIn | None = None
     max_output_tokens: MaxTokens | None = None
+    prompt: PromptRefIn | None = None
+    tracing: TracingChoiceIn | None = None
+    include: list[Literal["item.input_audio_transcription.logprobs"]] | None = None
+    reasoning: ReasoningIn | None = None
+    parallel_tool_calls: bool | None = None
     # Beta (flat) spellings.
     modalities: list[Literal["text", "audio"]] | None = None
     voice: str | None = None

@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy.typing as npt
 import pytest
 from openai import AsyncOpenAI
 from openai.types.beta.realtime import RealtimeServerEvent as BetaServerEvent
-from openai.types.realtime import RealtimeServerEvent
+from openai.types.realtime import RealtimeServerEvent, RealtimeSessionCreateRequest
 
 from bench.speech import PCM_RATE as RATE
 from bench.speech import load_wav, silence
@@ -313,6 +314,49 @@ async def test_session_update(open_client: Open) -> None:
     session = await c.update({"instructions": "Again."}, {"instructions": "Again."})
     assert session["model"] == MODEL and session["instructions"] == "Again."
     assert c.types(at) == ["error", "session.updated"]
+
+
+@sends("session.update")
+async def test_every_session_field_round_trips(open_client: Open, tmp_path: Path) -> None:
+    """prompt, tracing, include, reasoning, parallel_tool_calls and a voice as `{id}`:
+    sent with the SDK, applied, and read back in `session.updated` (validated against
+    the SDK's types as every event is)."""
+    (tmp_path / "desk.txt").write_text("You serve {{customer}}.")
+    c = await open_client(prompts_dir=tmp_path)
+    tracing = {"workflow_name": "desk", "group_id": "g1", "metadata": {"shift": "night"}}
+    if c.beta:  # the beta session has tracing and a voice by name, and no more
+        session = await c.update({}, {"tracing": tracing, "voice": "marin"})
+        assert (session["tracing"], session["voice"]) == (tracing, "marin")
+        return
+    fields: dict[str, Any] = {
+        "prompt": {"id": "desk", "variables": {"customer": {"type": "input_text", "text": "Ada"}}},
+        "tracing": tracing,
+        "include": ["item.input_audio_transcription.logprobs"],
+        "reasoning": {"effort": "low"},
+        "parallel_tool_calls": False,
+    }
+    session = await c.update({**fields, "audio": {"output": {"voice": {"id": "marin"}}}}, {})
+    RealtimeSessionCreateRequest.model_validate(session, strict=True)
+    assert {name: session[name] for name in fields} == fields
+    assert session["audio"]["output"]["voice"] == {"id": "marin"}
+
+    # Another update leaves them; "auto" and a voice by name come back as sent.
+    session = await c.update({"tracing": "auto", "audio": {"output": {"voice": "cedar"}}}, {})
+    assert session["tracing"] == "auto" and session["audio"]["output"]["voice"] == "cedar"
+    assert session["prompt"] == fields["prompt"] and session["parallel_tool_calls"] is False
+
+    # A prompt the operator has not configured, an unknown include: errors naming them.
+    await c.conn.session.update(
+        session={"type": "realtime", "prompt": {"id": "../desk"}}, event_id="evt_prompt"
+    )
+    error = await c.error("evt_prompt")
+    assert (error["code"], error["param"]) == ("invalid_value", "session.prompt.id")
+    await c.conn.session.update(
+        session={"type": "realtime", "include": ["item.logprobs"]},
+        event_id="evt_include",
+    )
+    error = await c.error("evt_include")
+    assert (error["code"], error["param"]) == ("invalid_value", "session.include[0]")
 
 
 # --- input audio ---------------------------------------------------------------------------

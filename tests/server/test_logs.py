@@ -19,7 +19,14 @@ from websockets.exceptions import ConnectionClosedError
 
 from bench.speech import load_wav, silence
 from models.stage_timing import StageTiming
-from server.logs import REDACTED, LogObserver, RedactFilter, SessionFilter, session_var
+from server.logs import (
+    REDACTED,
+    LogObserver,
+    RedactFilter,
+    SessionFilter,
+    session_var,
+    trace_labels,
+)
 from tests.support.audio import CHUNK, b64_pcm
 from tests.support.events import TIMEOUT_S, Events
 from tests.support.servers import ServerFactory
@@ -167,3 +174,19 @@ def test_each_model_stage_time_is_a_debug_line(caplog: pytest.LogCaptureFixture)
     assert caplog.messages == [
         "session sess_1: response resp_1: asr (remote) transcript 0.412 s, speculative"
     ]
+
+
+def test_a_sessions_tracing_names_it_beside_its_id_until_it_closes() -> None:
+    observer = LogObserver()
+    record = logging.LogRecord("engine.x", logging.INFO, __file__, 1, "hello", None, None)
+    token = session_var.set("sess_tr")
+    try:
+        observer.tracing_set("sess_tr", "workflow=desk group=g1")
+        SessionFilter().filter(record)
+        assert record.session_tag == " [sess_tr workflow=desk group=g1]"  # type: ignore[attr-defined]
+        observer.session_closed("sess_tr")
+        SessionFilter().filter(record)
+        assert record.session_tag == " [sess_tr]"  # type: ignore[attr-defined]
+        assert "sess_tr" not in trace_labels
+    finally:
+        session_var.reset(token)

@@ -20,6 +20,7 @@ from engine.interruption import HearingRecognizer
 from engine.limits import EngineLimits
 from engine.mcp.client import McpClient
 from engine.observer import Observer
+from engine.prompts import PromptLibrary
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
 from engine.vad import VadBackend
@@ -42,6 +43,7 @@ class Harness:
         hearing: HearingRecognizer | None = None,
         clock: Callable[[], float] | None = None,
         mcp_client: McpClient | None = None,
+        prompts: PromptLibrary | None = None,
     ) -> None:
         self.executor = executor if executor is not None else ScriptedExecutor()
         self.session = Session(
@@ -53,6 +55,7 @@ class Harness:
             end_of_turn=end_of_turn,
             hearing=hearing,
             mcp_client=mcp_client,
+            prompts=prompts,
             **({} if clock is None else {"clock": clock}),
         )
         self.events: list[dict[str, Any]] = []
