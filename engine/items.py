@@ -82,6 +82,14 @@ def item_from_wire(
                 raise fail(f"Assistant content cannot be '{part.type}'.", f"{where}.type")
         elif part.type == "input_text":
             texts.append(part.text or "")
+        elif part.type == "input_image" and wire.role == "user":
+            # No executor sees: the whole item is refused, none of it added.
+            raise fail(
+                "The session's model cannot see images: input_image content is not "
+                "supported; describe the image in input_text instead.",
+                where,
+                "unsupported_content",
+            )
         elif part.type == "input_audio" and wire.role == "user":
             if part.audio is not None:
                 item.audio = _pcm(part.audio, f"{param}.{where}.audio", event_id)

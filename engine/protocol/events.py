@@ -268,7 +268,9 @@ ToolChoiceIn = Annotated[
 
 class ContentIn(_Loose):
     # GA names, and beta's "text"/"audio" for assistant content.
-    type: Literal["input_text", "input_audio", "output_text", "output_audio", "text", "audio"]
+    type: Literal[
+        "input_text", "input_audio", "input_image", "output_text", "output_audio", "text", "audio"
+    ]
     text: str | None = None
     audio: str | None = None  # base64, in the session's input format
     transcript: str | None = None
