@@ -20,6 +20,7 @@ from engine.protocol import (
     AudioFormatIn,
     InterruptionIn,
     ProtocolError,
+    RetentionRatioIn,
     SessionIn,
     ToolChoiceIn,
     ToolIn,
@@ -46,6 +47,20 @@ class InputTranscription:
     model: str = "whisper-1"
     language: str | None = None
     prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class RetentionRatio:
+    """`truncation: {type: "retention_ratio", ...}`, as sent."""
+
+    retention_ratio: float
+    post_instructions: int | None = None
+    token_limits_sent: bool = False  # `token_limits` sent (maybe empty): echoed so
+
+
+# Accepted and echoed; not applied yet: only Parley's own history caps cut the
+# conversation (engine/history.py).
+Truncation = Literal["auto", "disabled"] | RetentionRatio
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,7 @@ class SessionConfig:
     include: tuple[str, ...] | None = None  # echoed; no logprobs are produced yet
     reasoning_effort: ReasoningEffort | None = None  # sent to chat backends
     parallel_tool_calls: bool | None = None  # sent to chat backends
+    truncation: Truncation = "auto"
 
     @property
     def speech_hint(self) -> SpeechHint | None:
@@ -134,6 +150,8 @@ def apply_update(
         changes["reasoning_effort"] = patch.reasoning.effort if patch.reasoning else None
     if "parallel_tool_calls" in sent:
         changes["parallel_tool_calls"] = patch.parallel_tool_calls
+    if "truncation" in sent:
+        changes["truncation"] = _truncation(patch.truncation)
 
     audio_in = patch.audio.input if patch.audio else None
     audio_out = patch.audio.output if patch.audio else None
@@ -258,6 +276,30 @@ def _tracing(value: Literal["auto"] | TracingIn | None) -> Tracing:
         return value
     metadata = None if value.metadata is None else json.dumps(value.metadata)
     return TraceNames(value.workflow_name, value.group_id, metadata)
+
+
+def _truncation(value: Literal["auto", "disabled"] | RetentionRatioIn | None) -> Truncation:
+    if value is None:
+        return "auto"  # null: the default
+    if isinstance(value, str):
+        return value
+    limits = value.token_limits
+    return RetentionRatio(
+        value.retention_ratio, limits.post_instructions if limits else None, limits is not None
+    )
+
+
+def _truncation_wire(truncation: Truncation) -> Any:
+    if isinstance(truncation, str):
+        return truncation
+    out: dict[str, Any] = {
+        "type": "retention_ratio",
+        "retention_ratio": truncation.retention_ratio,
+    }
+    if truncation.token_limits_sent:
+        limits = truncation.post_instructions
+        out["token_limits"] = {} if limits is None else {"post_instructions": limits}
+    return out
 
 
 def _tracing_wire(tracing: Tracing) -> Any:
@@ -398,5 +440,6 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
         "prompt": None if config.prompt is None else config.prompt.wire(),
         "tracing": _tracing_wire(config.tracing),
         "include": None if config.include is None else list(config.include),
+        "truncation": _truncation_wire(config.truncation),
         **optional,
     }

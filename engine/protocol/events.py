@@ -249,6 +249,24 @@ TracingChoiceIn = Annotated[
 ]
 
 
+class TokenLimitsIn(_Loose):
+    post_instructions: int | None = Field(default=None, ge=0)
+
+
+class RetentionRatioIn(_Loose):
+    type: Literal["retention_ratio"]
+    retention_ratio: float = Field(ge=0.0, le=1.0)
+    token_limits: TokenLimitsIn | None = None
+
+
+# `truncation`: "auto", "disabled", or a retention ratio.
+TruncationIn = Annotated[
+    Annotated[Literal["auto", "disabled"], Tag(TAG_STRING)]
+    | Annotated[RetentionRatioIn, Tag(TAG_OBJECT)],
+    _by_json_type(_string_or_object, "string_or_object_type", "a string or an object"),
+]
+
+
 class ReasoningIn(_Loose):
     effort: Literal["minimal", "low", "medium", "high", "xhigh"] | None = None
 
@@ -317,6 +335,7 @@ class SessionIn(_Loose):
     include: list[Literal["item.input_audio_transcription.logprobs"]] | None = None
     reasoning: ReasoningIn | None = None
     parallel_tool_calls: bool | None = None
+    truncation: TruncationIn | None = None
     # Beta (flat) spellings.
     modalities: list[Literal["text", "audio"]] | None = None
     voice: str | None = None

@@ -318,9 +318,9 @@ async def test_session_update(open_client: Open) -> None:
 
 @sends("session.update")
 async def test_every_session_field_round_trips(open_client: Open, tmp_path: Path) -> None:
-    """prompt, tracing, include, reasoning, parallel_tool_calls and a voice as `{id}`:
-    sent with the SDK, applied, and read back in `session.updated` (validated against
-    the SDK's types as every event is)."""
+    """prompt, tracing, include, reasoning, parallel_tool_calls, truncation and a voice
+    as `{id}`: sent with the SDK, applied, and read back in `session.updated`
+    (validated against the SDK's types as every event is)."""
     (tmp_path / "desk.txt").write_text("You serve {{customer}}.")
     c = await open_client(prompts_dir=tmp_path)
     tracing = {"workflow_name": "desk", "group_id": "g1", "metadata": {"shift": "night"}}
@@ -334,6 +334,7 @@ async def test_every_session_field_round_trips(open_client: Open, tmp_path: Path
         "include": ["item.input_audio_transcription.logprobs"],
         "reasoning": {"effort": "low"},
         "parallel_tool_calls": False,
+        "truncation": {"type": "retention_ratio", "retention_ratio": 0.8},
     }
     session = await c.update({**fields, "audio": {"output": {"voice": {"id": "marin"}}}}, {})
     RealtimeSessionCreateRequest.model_validate(session, strict=True)

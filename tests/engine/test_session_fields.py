@@ -72,6 +72,16 @@ SENT: list[dict[str, Any]] = [
     {"reasoning": {"effort": "low"}},
     {"parallel_tool_calls": False},
     {"parallel_tool_calls": True},
+    {"truncation": "disabled"},
+    {"truncation": "auto"},
+    {"truncation": {"type": "retention_ratio", "retention_ratio": 0.8}},
+    {
+        "truncation": {
+            "type": "retention_ratio",
+            "retention_ratio": 0.5,
+            "token_limits": {"post_instructions": 5000},
+        }
+    },
 ]
 
 
@@ -120,6 +130,8 @@ def test_fields_absent_stay_and_defaults_are_echoed() -> None:
     assert (wire["tracing"], wire["parallel_tool_calls"]) == ("auto", False)
     fresh = echoed(BASE)
     assert (fresh["prompt"], fresh["tracing"], fresh["include"]) == (None, None, None)
+    assert fresh["truncation"] == "auto"
+    assert echoed(applied({"truncation": None}))["truncation"] == "auto"  # null: the default
     assert "reasoning" not in fresh and "parallel_tool_calls" not in fresh
     assert applied({"prompt": {"id": "plain"}, "reasoning": {"effort": "high"}}) != BASE
     cleared = apply_update(
@@ -154,6 +166,17 @@ def test_fields_absent_stay_and_defaults_are_echoed() -> None:
             "session.audio.output.voice.id",
         ),
         ({"prompt": {"version": "1"}}, "missing_required_parameter", "session.prompt.id"),
+        ({"truncation": "sometimes"}, "invalid_value", "session.truncation"),
+        (
+            {"truncation": {"type": "retention_ratio", "retention_ratio": 1.5}},
+            "invalid_value",
+            "session.truncation.retention_ratio",
+        ),
+        (
+            {"truncation": {"type": "retention_ratio"}},
+            "missing_required_parameter",
+            "session.truncation.retention_ratio",
+        ),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(
