@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import secrets
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -509,3 +510,24 @@ async def test_max_sessions_counts_a_session_before_its_handshake_completes() ->
     await asyncio.wait_for(first_handled, TIMEOUT_S)
     assert first.close_code == 1000
     assert hub.sessions == 0 and hub.drained.is_set()
+
+
+async def test_an_ephemeral_keys_prompt_is_one_of_the_operators(
+    serve: ServerFactory, tmp_path: Path
+) -> None:
+    """A key's preset names a prompt as session.update does: checked when minted,
+    applied in the session the key opens."""
+    (tmp_path / "desk.txt").write_text("Serve {{who}}.")
+    server = await serve(api_keys=[KEY], prompts_dir=tmp_path)
+    prompt = {"id": "desk", "variables": {"who": "Ada"}}
+    raw = (await mint(server, {"session": {"type": "realtime", "prompt": prompt}})).json()
+    assert raw["session"]["prompt"] == prompt
+    async with open_ws(server, additional_headers=bearer(raw["value"])) as ws:
+        assert (await session_created(ws))["prompt"] == prompt
+    response = await mint(server, {"session": {"type": "realtime", "prompt": {"id": "../desk"}}})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "session.prompt.id"
+    unconfigured = await serve(api_keys=[KEY])
+    response = await mint(unconfigured, {"session": {"type": "realtime", "prompt": prompt}})
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "unsupported_value"

@@ -190,3 +190,23 @@ def test_a_sessions_tracing_names_it_beside_its_id_until_it_closes() -> None:
         assert "sess_tr" not in trace_labels
     finally:
         session_var.reset(token)
+
+
+async def test_a_served_sessions_lines_carry_its_tracing_made_safe(
+    serve: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    caplog.handler.addFilter(SessionFilter())
+    server = await serve()
+    tracing = {"workflow_name": "desk\nINFO forged", "group_id": "g1"}
+    async with connect(server.ws_url) as ws:
+        events = Events(ws.recv)
+        await events.until("session.created")
+        await ws.send(json.dumps({"type": "session.update", "session": {"tracing": tracing}}))
+        assert (await events.until("session.updated"))["session"]["tracing"] == tracing
+        await ws.send("not json")
+        await events.until("error")
+    (line,) = [r for r in caplog.records if r.getMessage().endswith(": error invalid_json")]
+    session_id = line.getMessage().split()[1].rstrip(":")
+    tag = f" [{session_id} workflow=desk?INFO forged group=g1]"
+    assert line.session_tag == tag  # type: ignore[attr-defined]
