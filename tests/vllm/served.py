@@ -36,10 +36,11 @@ NAMED_TOOL_CHOICE = (
 
 @contextlib.contextmanager
 def vllm_server(
-    model: Path, log: Path, *options: str, max_model_len: int = MAX_MODEL_LEN
+    model: Path, log: Path, *options: str, label: str, max_model_len: int = MAX_MODEL_LEN
 ) -> Iterator[str]:
     """The server's URL once /health answers; on exit it and its engine processes
-    are stopped. `options` go on its command line."""
+    are stopped. `options` go on its command line; `label` names the model in the
+    figures."""
     port = free_port()
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -65,8 +66,7 @@ def vllm_server(
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
                     break
             time.sleep(1)
-        name = model.name.rstrip("0123456789")  # pytest numbers its temporary dirs
-        FIGURES[f"engine start ({name}, api_server, to /health)"] = time.monotonic() - start
+        FIGURES[f"engine start ({label}, api_server, to /health)"] = time.monotonic() - start
         yield url
     finally:
         os.killpg(process.pid, signal.SIGTERM)  # the server and its engine processes

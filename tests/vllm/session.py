@@ -49,6 +49,11 @@ class Client:
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["type"] == kind]
 
+    def audio(self, response_id: str) -> list[dict[str, Any]]:
+        """The response's audio deltas."""
+        deltas = self.of("response.output_audio.delta")
+        return [d for d in deltas if d["response_id"] == response_id]
+
     async def until(self, condition: Callable[[], bool], limit_s: float = 120) -> None:
         await Harness().wait_until(condition, limit_s)
 

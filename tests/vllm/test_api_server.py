@@ -47,7 +47,7 @@ def api_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         *NAMED_TOOL_CHOICE,
     )  # fmt: skip
     log = tmp_path_factory.mktemp("api-server") / "server.log"
-    with vllm_server(tiny_model, log, *options) as url:
+    with vllm_server(tiny_model, log, *options, label="tiny Qwen2-Audio") as url:
         yield url
 
 

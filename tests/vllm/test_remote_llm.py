@@ -1,14 +1,19 @@
-"""The cascade's language model on a real vLLM server (`--llm-url`): a tiny random
-Qwen2 text model served by `python -m vllm.entrypoints.openai.api_server`, a Parley
-server built from settings as `parley serve --executor cascade --llm-url URL` builds
-it (its speech stages on tests/support/fake_speech.py: the embedded ones are not in
-this venv, and the fake keeps them fast), and a client on its WebSocket. A named
-tool call round-trips; a barge-in closes the stream, and vLLM's own counters show
-the request aborted, well short of its length. One server start for the module."""
+"""The cascade's stages on real vLLM servers: its language model (`--llm-url`) on
+`python -m vllm.entrypoints.openai.api_server` serving a tiny random Qwen2 text
+model, and its recognizer (`--asr-url`) on one serving a tiny random Whisper
+(`/v1/audio/transcriptions`). A Parley server is built from settings as
+`parley serve --executor cascade --llm-url URL` builds it, and a client talks to it
+on its WebSocket; the speech stages not under test are on
+tests/support/fake_speech.py (the embedded ones are not in this venv, and the fake
+keeps them fast). A named tool call round-trips; a barge-in closes the stream, and
+vLLM's own counters show the request aborted, well short of its length; a spoken
+turn is heard by vLLM's Whisper and answered. One start of each server per module.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
@@ -36,7 +41,7 @@ from tests.vllm.conftest import (
 )
 from tests.vllm.served import NAMED_TOOL_CHOICE, Counters, in_flight, total, vllm_server
 from tests.vllm.session import connected, running_app
-from tests.vllm.tiny_model import build_tiny_qwen2
+from tests.vllm.tiny_model import WORDS, build_tiny_qwen2, build_tiny_whisper
 
 # The long answer: on the 2 cores of a small runner this model writes about 3000
 # tokens a second, and the barge-in scene lasts several seconds (13.6k tokens were
@@ -96,7 +101,13 @@ def text_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def llm_server(text_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("llm-server") / "server.log"
-    with vllm_server(text_model, log, *NAMED_TOOL_CHOICE, max_model_len=MAX_MODEL_LEN) as url:
+    # The KV cache it needs (MAX_MODEL_LEN tokens of 1 KiB), twice, rather than 30 % of
+    # the RAM: two servers run at once, beside other work.
+    kv = ("--kv-cache-memory-bytes", str(512 << 20))
+    served = vllm_server(
+        text_model, log, *NAMED_TOOL_CHOICE, *kv, label="tiny Qwen2", max_model_len=MAX_MODEL_LEN
+    )
+    with served as url:
         yield url
 
 
@@ -106,11 +117,21 @@ async def speech() -> AsyncIterator[FakeSpeech]:
         yield server
 
 
-def settings_for(llm_url: str, speech: FakeSpeech) -> Settings:
+@pytest.fixture(scope="module")
+def whisper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    model = build_tiny_whisper(tmp_path_factory.mktemp("tiny-whisper"))
+    log = tmp_path_factory.mktemp("whisper-server") / "server.log"
+    # A transcript of at most 60 tokens (the random model never ends one itself).
+    kv = ("--kv-cache-memory-bytes", str(64 << 20))
+    with vllm_server(model, log, *kv, label="tiny Whisper", max_model_len=64) as url:
+        yield url
+
+
+def settings_for(llm_url: str, speech: FakeSpeech, asr_url: str | None = None) -> Settings:
     return Settings(
         executor="cascade",
         llm_url=[llm_url + "/v1"],
-        asr_url=[speech.url("whisper")],
+        asr_url=[asr_url or speech.url("whisper")],
         tts_url=[speech.url("kokoro")],
         max_model_len=MAX_MODEL_LEN,
         max_output_tokens=LONG,
@@ -119,19 +140,28 @@ def settings_for(llm_url: str, speech: FakeSpeech) -> Settings:
     )
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def url(llm_server: str, speech: FakeSpeech, text_model: Path) -> AsyncIterator[str]:
-    settings = settings_for(llm_url=llm_server, speech=speech)
+@contextlib.asynccontextmanager
+async def parley(settings: Settings, text_model: Path) -> AsyncIterator[tuple[str, SteeredLLM]]:
+    """The server's WebSocket URL, and its language model."""
     # Built and checked as `parley serve` does it, in a thread: the fake is in this loop.
     ex = await asyncio.to_thread(make_executor, settings)
     assert isinstance(ex, CascadeExecutor) and isinstance(ex.llm, RemoteLanguageModel)
     built = ex.llm
-    ex.llm = SteeredLLM(built.options, newline_id(text_model), speakable_ids(text_model))
-    ex.llm.model = ex.llm.name = built.model
+    llm = SteeredLLM(built.options, newline_id(text_model), speakable_ids(text_model))
+    llm.model = llm.name = built.model
+    ex.llm = llm
     await built.aclose()
-    async with running_app(ex, settings) as ws_url:
+    try:
+        async with running_app(ex, settings) as url:
+            yield url, llm
+    finally:
+        await ex.aclose()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def url(llm_server: str, speech: FakeSpeech, text_model: Path) -> AsyncIterator[str]:
+    async with parley(settings_for(llm_server, speech), text_model) as (ws_url, _):
         yield ws_url
-    await ex.aclose()
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -179,7 +209,7 @@ async def test_a_named_tool_call_round_trips_through_the_server(
         answer = c.of("response.done")[1]["response"]
         assert answer["status"] == "completed", answer
         assert answer["output"][0]["content"][0]["transcript"].strip()
-        assert [d for d in c.of("response.output_audio.delta") if d["response_id"] == answer["id"]]
+        assert c.audio(answer["id"])
         assert not c.of("error"), c.of("error")
     after = await counters.read()
     # The server answered both requests to their end: nothing aborted.
@@ -226,3 +256,34 @@ async def test_a_barge_in_aborts_the_request_at_the_server(
     )
     COUNTS["tokens vLLM made in the barge-in scene (--llm-url), of LONG"] = int(made)
     assert made < LONG / 4
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_turn_heard_by_vllms_whisper_is_answered(
+    llm_server: str, whisper_server: str, speech: FakeSpeech, text_model: Path
+) -> None:
+    """The recognizer on vLLM's transcription endpoint: what the random Whisper
+    heard (words, as it was built to write) is the user's transcript and what the
+    language model is asked."""
+    whisper = Counters(whisper_server)
+    before, uploads = await whisper.read(), len(speech.uploads)
+    settings = settings_for(llm_server, speech, asr_url=whisper_server)
+    async with parley(settings, text_model) as (ws_url, llm), connected(ws_url) as c:
+        transcription = {"model": "whisper-1"}
+        update = {"type": "realtime", "audio": {"input": {"transcription": transcription}}}
+        await c.send({"type": "session.update", "session": update})
+        await c.say("weather")
+        await c.until(lambda: len(c.of("response.done")) == 1)
+        answered = c.of("response.done")[0]["response"]
+        assert answered["status"] == "completed", answered
+        assert c.audio(answered["id"])
+        kind = "conversation.item.input_audio_transcription.completed"
+        await c.until(lambda: bool(c.of(kind)))
+        heard = c.of(kind)[0]["transcript"]
+        assert heard.strip() and WORDS.fullmatch(heard), heard
+        assert llm.bodies[-1]["messages"][-1] == {"role": "user", "content": heard}
+        assert not c.of("error"), c.of("error")
+    after = await whisper.read()
+    await whisper.aclose()
+    assert finished(after, "length") - finished(before, "length") >= 1  # it transcribed
+    assert len(speech.uploads) == uploads  # nothing went to the fake recognizer

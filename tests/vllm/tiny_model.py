@@ -1,18 +1,21 @@
 """Tiny random models, built at test time (no hub download): a Qwen2-Audio for the
-vllm executor and vLLM's OpenAI server, and a Qwen2 text model for the cascade's
-language model on a server (`--llm-url`).
+vllm executor and vLLM's OpenAI server, a Qwen2 text model for the cascade's
+language model on a server (`--llm-url`), and a Whisper for its recognizer on one
+(`--asr-url`).
 
-Both share a 2-layer Qwen2 language model (hidden 256, 4 heads, 2 KV heads: CPU
-attention needs head_dim 64) and a small byte-level BPE tokenizer trained on the
-spot with the ChatML specials. The audio model adds a 1-layer Whisper-style encoder
-(d_model 64, 128 mel bins), the audio specials and the processor vLLM loads for
-`qwen2_audio`; the text model has Qwen2.5's chat template with its tool branches.
+All three have a small byte-level BPE tokenizer trained on the spot. The first two
+share a 2-layer Qwen2 language model (hidden 256, 4 heads, 2 KV heads: CPU attention
+needs head_dim 64) and the ChatML specials. The audio model adds a 1-layer
+Whisper-style encoder (d_model 64, 128 mel bins), the audio specials and the
+processor vLLM loads for `qwen2_audio`; the text model has Qwen2.5's chat template
+with its tool branches; the Whisper has Whisper's specials and processor.
 Their answers are random tokens; what the tests check is the plumbing, not the words.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,7 @@ TOOLS_CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+WORDS = re.compile(r"[A-Za-z ,.!?']+")
 CORPUS = [
     "Hello, how can I help you today? The weather is sunny and warm.",
     "Tell me a joke. Why did the chicken cross the road? To get to the other side!",
@@ -201,12 +205,80 @@ def build_tiny_qwen2(out: Path, max_positions: int = 32_768) -> Path:
     return out
 
 
+def build_tiny_whisper(out: Path) -> Path:
+    """A Whisper (1 encoder and 1 decoder layer, d_model 128, 2 heads: head_dim 64)
+    with Whisper's specials, a language token for each of its languages among them,
+    and an 80-bin WhisperProcessor."""
+    import torch
+    from transformers import (
+        WhisperConfig,
+        WhisperFeatureExtractor,
+        WhisperForConditionalGeneration,
+        WhisperProcessor,
+        WhisperTokenizer,
+    )
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    out.mkdir(parents=True, exist_ok=True)
+    specials = [
+        "<|endoftext|>",
+        "<|startoftranscript|>",
+        *(f"<|{code}|>" for code in LANGUAGES),
+        "<|translate|>",
+        "<|transcribe|>",
+        "<|startoflm|>",
+        "<|startofprev|>",
+        "<|nocaptions|>",
+        "<|notimestamps|>",
+    ]
+    tiny_tokenizer(specials, None, eos="<|endoftext|>").save_pretrained(out)
+    tokenizer = WhisperTokenizer.from_pretrained(out)  # the same files, Whisper's class
+    start = tokenizer.convert_tokens_to_ids("<|startoftranscript|>")
+    end = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    torch.manual_seed(0)
+    config = WhisperConfig(
+        vocab_size=len(tokenizer),
+        num_mel_bins=80,
+        encoder_layers=1,
+        decoder_layers=1,
+        d_model=128,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=256,
+        decoder_ffn_dim=256,
+        max_source_positions=1500,
+        max_target_positions=448,
+        decoder_start_token_id=start,
+        bos_token_id=end,
+        eos_token_id=end,
+        pad_token_id=end,
+        suppress_tokens=[],
+        begin_suppress_tokens=[],
+    )
+    model = WhisperForConditionalGeneration(config)
+    # Every token but plain words has a zero embedding (tied to the output): its
+    # logit is 0, below the best word's, so a transcript is words (greedy: the same
+    # few again) until the server's length ends it.
+    others = [i for i in range(len(tokenizer)) if not WORDS.fullmatch(tokenizer.decode([i]))]
+    with torch.no_grad():
+        model.model.decoder.embed_tokens.weight[others] = 0.0
+    model.to(torch.bfloat16).save_pretrained(out)
+    processor = WhisperProcessor(
+        feature_extractor=WhisperFeatureExtractor(feature_size=80), tokenizer=tokenizer
+    )
+    processor.save_pretrained(out)
+    gen = {"decoder_start_token_id": start, "eos_token_id": end, "pad_token_id": end}
+    (out / "generation_config.json").write_text(json.dumps(gen))
+    return out
+
+
 if __name__ == "__main__":
     import sys
 
     builders = {
         "audio": build_tiny_qwen2_audio,
         "text": build_tiny_qwen2,
+        "whisper": build_tiny_whisper,
     }
     build = builders[sys.argv[1]]
     print(build(Path(sys.argv[2])))
