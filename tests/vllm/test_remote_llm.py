@@ -44,8 +44,8 @@ from tests.vllm.session import connected, running_app
 from tests.vllm.tiny_model import WORDS, build_tiny_qwen2, build_tiny_whisper
 
 # The long answer: on the 2 cores of a small runner this model writes about 3000
-# tokens a second, and the barge-in scene lasts several seconds (13.6k tokens were
-# made in it at LONG = 30 000); at this length a request cut short is plain.
+# tokens a second, and the barge-in scene lasts up to several seconds (0.6k to 34k
+# tokens were made in it); at this length a request cut short is plain.
 LONG = 250_000
 MAX_MODEL_LEN = 262_144  # ~256 MiB of KV cache for the tiny model
 LONG_QUESTION = FakeSpeech.transcript  # what the fake recognizer hears by default
@@ -159,9 +159,11 @@ async def parley(settings: Settings, text_model: Path) -> AsyncIterator[tuple[st
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def url(llm_server: str, speech: FakeSpeech, text_model: Path) -> AsyncIterator[str]:
-    async with parley(settings_for(llm_server, speech), text_model) as (ws_url, _):
-        yield ws_url
+async def served(
+    llm_server: str, speech: FakeSpeech, text_model: Path
+) -> AsyncIterator[tuple[str, SteeredLLM]]:
+    async with parley(settings_for(llm_server, speech), text_model) as made:
+        yield made
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -182,8 +184,9 @@ def ended(samples: Samples) -> float:
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_named_tool_call_round_trips_through_the_server(
-    url: str, counters: Counters
+    served: tuple[str, SteeredLLM], counters: Counters
 ) -> None:
+    url, llm = served
     before = await counters.read()
     async with connected(url) as c:
         choice = {"type": "function", "name": LOOKUP_TOOL["name"]}
@@ -209,6 +212,11 @@ async def test_a_named_tool_call_round_trips_through_the_server(
         answer = c.of("response.done")[1]["response"]
         assert answer["status"] == "completed", answer
         assert answer["output"][0]["content"][0]["transcript"].strip()
+        # The call and its result went back to the server as tool_calls and a tool message.
+        called, result = llm.bodies[-1]["messages"][-2:]
+        assert called["tool_calls"][0]["id"] == call["call_id"]
+        assert called["tool_calls"][0]["function"]["name"] == "lookup_order"
+        assert result == {"role": "tool", "tool_call_id": call["call_id"], "content": "shipped"}
         assert c.audio(answer["id"])
         assert not c.of("error"), c.of("error")
     after = await counters.read()
@@ -219,8 +227,9 @@ async def test_a_named_tool_call_round_trips_through_the_server(
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_barge_in_aborts_the_request_at_the_server(
-    url: str, counters: Counters, speech: FakeSpeech
+    served: tuple[str, SteeredLLM], counters: Counters, speech: FakeSpeech
 ) -> None:
+    url, _ = served
     before = await counters.read()
     async with connected(url) as c:
         await c.say("weather")  # heard as LONG_QUESTION: an answer of LONG tokens
@@ -255,7 +264,7 @@ async def test_a_barge_in_aborts_the_request_at_the_server(
         before, "vllm:generation_tokens_total"
     )
     COUNTS["tokens vLLM made in the barge-in scene (--llm-url), of LONG"] = int(made)
-    assert made < LONG / 4
+    assert made < LONG / 2
 
 
 @pytest.mark.asyncio(loop_scope="module")
