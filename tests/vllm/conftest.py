@@ -30,7 +30,8 @@ NEWLINE_BIAS = 4.0  # about one newline in ten tokens: a sentence for the TTS st
 MAX_MODEL_LEN = 32_768
 GPU_MEMORY_UTILIZATION = 0.3  # on CPU: the fraction of RAM for the KV cache
 
-FIGURES: dict[str, float] = {}
+FIGURES: dict[str, float] = {}  # seconds
+COUNTS: dict[str, int] = {}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,10 +40,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if FIGURES:
-        terminalreporter.section("vLLM figures (tiny Qwen2-Audio, CPU)")
+    if FIGURES or COUNTS:
+        terminalreporter.section("vLLM figures (tiny models, CPU)")
         for name, value in FIGURES.items():
             terminalreporter.write_line(f"{name}: {value:.3f} s")
+        for name, count in COUNTS.items():
+            terminalreporter.write_line(f"{name}: {count}")
 
 
 @pytest.fixture(scope="session")

@@ -6,19 +6,11 @@ requests (its Prometheus gauge) back to 0 after each abort."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import pytest_asyncio
 
@@ -29,10 +21,8 @@ from models.speech.speaker import Speaker
 from models.speech.tts import FliteSynthesizer
 from tests.support import executor_contract as contract
 from tests.support.harness import Harness
-from tests.support.servers import free_port
 from tests.vllm.conftest import (
     FIGURES,
-    GPU_MEMORY_UTILIZATION,
     LONG,
     MAX_MODEL_LEN,
     NEWLINE_BIAS,
@@ -43,69 +33,22 @@ from tests.vllm.conftest import (
     newline_id,
     speakable_ids,
 )
-
-START_TIMEOUT_S = 300
+from tests.vllm.served import NAMED_TOOL_CHOICE, Counters, vllm_server
 
 
 @pytest.fixture(scope="module")
 def api_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("api-server") / "server.log"
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(tiny_model),
-        "--host", "127.0.0.1", "--port", str(port),
-        "--gpu-memory-utilization", str(GPU_MEMORY_UTILIZATION),
-        "--max-model-len", str(MAX_MODEL_LEN),
+    options = (
         "--limit-mm-per-prompt", '{"audio": 2}',
         # vLLM 0.32: the same clip sent again after an aborted request can miss the
         # engine's multimodal cache ("P0/P1 cache drift"); the server then fails
         # that request with an SSE "Internal server error" and expects a retry.
         "--mm-processor-cache-gb", "0",
-        # A named tool_choice is forced with structured outputs; without whitespace
-        # between the JSON's tokens the random model cannot pad the call forever.
-        # vLLM 0.32 wants a tool parser for it, which it loads only with auto tool
-        # choice on; pythonic needs no special tokens in the tiny tokenizer.
-        "--structured-outputs-config",
-        '{"backend": "xgrammar", "disable_any_whitespace": true}',
-        "--enable-auto-tool-choice", "--tool-call-parser", "pythonic",
-    ]  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    start = time.monotonic()
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"api_server exited: {log.read_text()[-3000:]}")
-            if time.monotonic() - start > START_TIMEOUT_S:
-                raise AssertionError(f"api_server not healthy: {log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(1)
-        FIGURES["engine start (api_server, to /health)"] = time.monotonic() - start
+        *NAMED_TOOL_CHOICE,
+    )  # fmt: skip
+    log = tmp_path_factory.mktemp("api-server") / "server.log"
+    with vllm_server(tiny_model, log, *options, label="tiny Qwen2-Audio") as url:
         yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)  # the server and its engine processes
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
-
-
-async def running_requests(url: str) -> int:
-    """Requests the server is running or holding (its Prometheus gauges)."""
-    async with httpx.AsyncClient() as client:
-        text = (await client.get(url + "/metrics")).text
-    total = 0.0
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
-        for match in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+-]+)$", text, re.M):
-            total += float(match.group(1))
-    return int(total)
 
 
 class SteeredCompat(OpenAICompatExecutor):
@@ -162,26 +105,15 @@ class SteeredCompat(OpenAICompatExecutor):
 @pytest_asyncio.fixture(loop_scope="module")
 async def kit(api_server: str, tiny_model: Path) -> AsyncIterator[contract.Kit]:
     ex = SteeredCompat(api_server, newline_id(tiny_model), speakable_ids(tiny_model))
+    counters = Counters(api_server)
     steer = Steering(ex.gate, ex.plan)
 
     async def stopped(rid: str, h: Harness) -> None:
         assert rid in ex.stats.aborted
-        start = time.monotonic()
-        while True:
-            # vLLM's CPU workers busy-wait on both cores of a small runner, and its HTTP
-            # server once took over 30 s to accept a connection there: a failed
-            # scrape is tried again within the deadline, not taken for an answer.
-            try:
-                if await running_requests(api_server) == 0:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() - start < 60, "the server still runs the request"
-            await asyncio.sleep(0.05)
-        FIGURES["stream closed to server idle (api_server, upper bound)"] = max(
-            FIGURES.get("stream closed to server idle (api_server, upper bound)", 0.0),
-            time.monotonic() - start,
-        )
+        # Inside the contract's 30 s wait, so that a slow server fails with this message.
+        took = await counters.until_idle(deadline_s=25)
+        name = "stream closed to server idle (api_server, upper bound)"
+        FIGURES[name] = max(FIGURES.get(name, 0.0), took)
 
     made = contract.Kit(
         ex,
@@ -198,6 +130,7 @@ async def kit(api_server: str, tiny_model: Path) -> AsyncIterator[contract.Kit]:
     finally:
         await steer.free()
         await ex.aclose()
+        await counters.aclose()
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -5,11 +5,7 @@ aborts the engine request. One engine for the module (it takes about a minute)."
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
 import inspect
-import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,19 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 import pytest_asyncio
-import uvicorn
-import websockets
 
-from bench.speech import load_wav, silence
 from models.audio_prompt import AudioPrompt
 from models.vllm_engine import Decoding, InstalledVllm, VllmExecutor
-from server.app import create_app, make_executor
-from server.cli import uvicorn_options
+from server.app import make_executor
 from server.config import Settings
 from tests.support import executor_contract as contract
 from tests.support.fake_vllm import FakeAsyncLLM
 from tests.support.harness import Harness
-from tests.support.servers import bound_socket, serving
 from tests.vllm.conftest import (
     FIGURES,
     GPU_MEMORY_UTILIZATION,
@@ -44,6 +35,7 @@ from tests.vllm.conftest import (
     newline_id,
     speakable_ids,
 )
+from tests.vllm.session import connected, running_app
 
 MAX_AUDIO = 2
 
@@ -254,65 +246,28 @@ async def test_vllms_hermes_parser_reads_a_call_after_words(executor: VllmExecut
 # --- a WebSocket session on a real server ------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def running_app(ex: VllmExecutor, settings: Settings) -> AsyncIterator[str]:
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    options = {**uvicorn_options(settings), "host": "127.0.0.1", "port": port, "log_config": None}
-    config = uvicorn.Config(create_app(settings, executor=ex), **options)
-    async with serving(config, sock, name="parley on vllm", start_timeout_s=120, stop_timeout_s=30):
-        yield f"ws://127.0.0.1:{port}/v1/realtime"
-
-
 @pytest.mark.asyncio(loop_scope="module")
 async def test_a_websocket_session_answered_by_the_engine_with_a_barge_in(
     executor: VllmExecutor, tiny_model: Path
 ) -> None:
     engine, backend = engine_of(executor), backend_of(executor)
     backend.plan.lengths = [LONG]
-    events: list[dict[str, Any]] = []
-
-    def of(kind: str) -> list[dict[str, Any]]:
-        return [e for e in events if e["type"] == kind]
-
-    async def until(condition: Any, limit_s: float = 120) -> None:
-        await Harness().wait_until(condition, limit_s)
-
-    async with running_app(executor, settings_for(tiny_model)) as url:
-        async with websockets.connect(url, max_size=None) as ws:
-
-            async def read() -> None:
-                async for message in ws:
-                    events.append(json.loads(message))
-
-            reader = asyncio.create_task(read())
-
-            async def say(name: str) -> None:
-                pcm = np.concatenate([silence(300), load_wav(name), silence(1000)])
-                for i in range(0, len(pcm), 2400):
-                    chunk = pcm[i : i + 2400].astype("<i2").tobytes()
-                    audio = base64.b64encode(chunk).decode()
-                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
-                    await asyncio.sleep(0.02)
-
-            await say("weather")
-            await until(lambda: len(of("response.output_audio.delta")) > 0)
-            first = of("response.created")[0]["response"]["id"]
-            # Begun early in the final pause and adopted, it runs under that one's id.
-            model_id = executor.model_request_id(first)
-            assert engine.unfinished == 1  # the long answer runs in the engine
-            await say("joke")  # barge-in
-            await until(lambda: len(of("response.done")) >= 1)
-            cancelled = of("response.done")[0]["response"]
-            assert cancelled["id"] == first and cancelled["status"] == "cancelled"
-            assert model_id in engine.aborted
-            await until(lambda: engine.unfinished == 0, 30)
-            await until(lambda: len(of("response.done")) == 2)
-            answered = of("response.done")[1]["response"]
-            assert answered["status"] == "completed", answered
-            assert [
-                d for d in of("response.output_audio.delta") if d["response_id"] == answered["id"]
-            ]
-            assert not of("error"), of("error")
-            assert engine.unfinished == 0
-            reader.cancel()
+    async with running_app(executor, settings_for(tiny_model)) as url, connected(url) as c:
+        await c.say("weather")
+        await c.until(lambda: len(c.of("response.output_audio.delta")) > 0)
+        first = c.of("response.created")[0]["response"]["id"]
+        # Begun early in the final pause and adopted, it runs under that one's id.
+        model_id = executor.model_request_id(first)
+        assert engine.unfinished == 1  # the long answer runs in the engine
+        await c.say("joke")  # barge-in
+        await c.until(lambda: len(c.of("response.done")) >= 1)
+        cancelled = c.of("response.done")[0]["response"]
+        assert cancelled["id"] == first and cancelled["status"] == "cancelled"
+        assert model_id in engine.aborted
+        await c.until(lambda: engine.unfinished == 0, 30)
+        await c.until(lambda: len(c.of("response.done")) == 2)
+        answered = c.of("response.done")[1]["response"]
+        assert answered["status"] == "completed", answered
+        assert c.audio(answered["id"])
+        assert not c.of("error"), c.of("error")
+        assert engine.unfinished == 0
