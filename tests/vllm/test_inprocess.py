@@ -21,6 +21,7 @@ import pytest_asyncio
 import uvicorn
 import websockets
 
+from bench.fakes.serving import bound_socket, serving
 from bench.speech import load_wav, silence
 from models.audio_prompt import AudioPrompt
 from models.vllm_engine import Decoding, InstalledVllm, VllmExecutor
@@ -30,7 +31,6 @@ from server.config import Settings
 from tests.support import executor_contract as contract
 from tests.support.fake_vllm import FakeAsyncLLM
 from tests.support.harness import Harness
-from tests.support.servers import bound_socket, serving
 from tests.vllm.conftest import (
     FIGURES,
     GPU_MEMORY_UTILIZATION,
