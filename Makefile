@@ -101,7 +101,9 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS)
 	touch $@ $(VENV)/.installed-run
 
-# Voice-to-voice latency of the embedded pipeline, synthesis time against text length,
+# Voice-to-voice latency of the embedded pipeline, the same with the three model stages
+# on paced servers on loopback (bench/remote_stages.py: what Parley adds around them),
+# synthesis time against text length,
 # the speed of language models a user may bring (bench/llm_sizes.py, ~15 minutes),
 # the end-of-turn model's cost per call,
 # turn detection per VAD backend, capacity under load beside the floor, server_vad
@@ -115,6 +117,7 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.voice_to_voice --transport ws
 	$(BIN)/python -m bench.voice_to_voice --transport rtc
+	$(BIN)/python -m bench.remote_stages
 	$(BIN)/python -m bench.tts_first_audio
 	$(BIN)/python -m bench.llm_sizes
 	$(BIN)/python -m bench.turn_model

@@ -31,6 +31,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,7 @@ class Seen:
     """Server events as they arrive at the client."""
 
     stopped: list[tuple[float, str]] = field(default_factory=list)  # (t, user item id)
+    committed: list[tuple[float, str]] = field(default_factory=list)  # (t, user item id)
     created: list[tuple[float, str]] = field(default_factory=list)  # (t, response id)
     first_delta: dict[str, float] = field(default_factory=dict)
     audio_bytes: dict[str, int] = field(default_factory=dict)
@@ -116,6 +118,8 @@ class Seen:
             rid = event["response_id"]
             self.first_delta.setdefault(rid, now)
             self.audio_bytes[rid] = self.audio_bytes.get(rid, 0) + len(event["delta"]) * 3 // 4
+        elif kind == "input_audio_buffer.committed":
+            self.committed.append((now, event["item_id"]))
         elif kind == "input_audio_buffer.speech_stopped":
             self.stopped.append((now, event["item_id"]))
         elif kind == "response.created":
@@ -129,6 +133,12 @@ class Seen:
             self.updated.append(event["session"])
         elif kind == "error":
             self.errors.append(event["error"])
+
+
+# How a client says one utterance into a session and takes its answer into its run.
+Say = Callable[[ClientConnection, Seen, "WsRun", np.ndarray], Awaitable[None]]
+# What a client sends first, to set its session up.
+Setup = Callable[[ClientConnection, Seen], Awaitable[None]]
 
 
 async def read(ws: ClientConnection, seen: Seen) -> None:
@@ -153,14 +163,25 @@ def answered(seen: Seen, stopped_before: int) -> bool:
     return bool(after) and after[0] in seen.done and seen.active is None
 
 
+def chunk_of(pcm: np.ndarray, i: int) -> np.ndarray:
+    """The `i`th CHUNK_MS of `pcm`, padded with silence at its end."""
+    chunk = PCM_RATE * CHUNK_MS // 1000
+    part = pcm[i * chunk : (i + 1) * chunk]
+    return np.concatenate([part, silence(CHUNK_MS)[: chunk - len(part)]])
+
+
+def led_in(wav: np.ndarray) -> tuple[np.ndarray, int]:
+    """LEAD_MS of silence, then the utterance; and the index of the chunk holding its
+    last audible 10 ms (the end of speech)."""
+    _, end = speech_extent_ms(wav)
+    return np.concatenate([silence(LEAD_MS), wav]), -(-(LEAD_MS + end) // CHUNK_MS) - 1
+
+
 async def speak(ws: ClientConnection, seen: Seen, run: WsRun, wav: np.ndarray) -> None:
     """The utterance, then silence until its answer is done, at real time."""
     loop = asyncio.get_running_loop()
-    chunk = PCM_RATE * CHUNK_MS // 1000
-    _, end = speech_extent_ms(wav)
-    last_speech_chunk = -(-(LEAD_MS + end) // CHUNK_MS) - 1
-    pcm = np.concatenate([silence(LEAD_MS), wav])
-    n_speech = -(-len(pcm) // chunk)
+    pcm, last_speech_chunk = led_in(wav)
+    n_speech = -(-len(pcm) // (PCM_RATE * CHUNK_MS // 1000))
     quiet = silence(CHUNK_MS)
     stopped_before = len(seen.stopped)
     t0 = loop.time()
@@ -173,10 +194,7 @@ async def speak(ws: ClientConnection, seen: Seen, run: WsRun, wav: np.ndarray) -
         if i == last_speech_chunk:
             run.t_end = time.monotonic()
             deadline = run.t_end + RESPONSE_TIMEOUT_S
-        part = pcm[i * chunk : (i + 1) * chunk] if i < n_speech else quiet
-        if len(part) < chunk:
-            part = np.concatenate([part, silence(CHUNK_MS)[: chunk - len(part)]])
-        await ws.send(append_text(part))
+        await ws.send(append_text(chunk_of(pcm, i) if i < n_speech else quiet))
         i += 1
         if i > n_speech and answered(seen, stopped_before):
             break
@@ -188,7 +206,12 @@ async def speak(ws: ClientConnection, seen: Seen, run: WsRun, wav: np.ndarray) -
         run.error = "no speech_stopped"
         return
     run.t_stop, run.item_id = stops[-1]  # a split utterance: its last turn gets the answer
-    created = [(t, r) for t, r in seen.created if t >= run.t_stop]
+    take_answer(seen, run, run.t_stop)
+
+
+def take_answer(seen: Seen, run: WsRun, since: float) -> None:
+    """The run's answer: the first response created at or after `since`."""
+    created = [(t, r) for t, r in seen.created if t >= since]
     if not created or created[0][1] not in seen.done:
         run.error = f"no response.done within {RESPONSE_TIMEOUT_S:.0f} s"
         return
@@ -245,7 +268,8 @@ def fill_stages(run: WsRun, executor: dict[str, Any]) -> None:
     run.timeline_ms = {name: _ms(run.t_end, t) for name, t in milestones.items()}
 
 
-async def configure(ws: ClientConnection, seen: Seen, detection: dict[str, Any]) -> None:
+async def configure(ws: ClientConnection, seen: Seen, detection: dict[str, Any] | None) -> None:
+    """Set the session's turn detection (None: off) and wait until it is applied."""
     update = {
         "type": "session.update",
         "session": {"type": "realtime", "audio": {"input": {"turn_detection": detection}}},
@@ -259,30 +283,39 @@ async def configure(ws: ClientConnection, seen: Seen, detection: dict[str, Any])
         await asyncio.sleep(0.01)
     if seen.errors:
         raise RuntimeError(f"session.update refused: {seen.errors[0]}")
-    applied = seen.updated[-1]["audio"]["input"]["turn_detection"]["type"]
-    if applied != detection["type"]:
+    applied = (seen.updated[-1]["audio"]["input"]["turn_detection"] or {}).get("type")
+    if applied != (detection or {}).get("type"):
         raise RuntimeError(f"turn detection applied as {applied}")
 
 
 async def measure_mode(
-    server: Server, mode: str, repeats: int, fixtures: list[str]
+    server: Server,
+    mode: str,
+    repeats: int,
+    fixtures: list[str],
+    *,
+    say: Say = speak,
+    setup: Setup | None = None,
 ) -> tuple[list[WsRun], dict[str, Any]]:
-    """One session in `mode`: every fixture, `repeats` times; then the server's marks."""
+    """One session in `mode`: every fixture, `repeats` times, each said by `say`;
+    then the server's marks. The session is set up by `setup`, by default as MODES
+    says."""
     url = f"ws://127.0.0.1:{server.port}/v1/realtime"
     ws = await connect(url, compression=None, proxy=None, max_size=None, ping_interval=None)
     seen = Seen()
     reader = asyncio.get_running_loop().create_task(read(ws, seen))
     runs: list[WsRun] = []
     try:
-        detection = MODES[mode]
-        if detection is not None:
+        if setup is not None:
+            await setup(ws, seen)
+        elif (detection := MODES[mode]) is not None:
             await configure(ws, seen, detection)
         clips = {name: load_wav(name) for name in fixtures}
         for repeat in range(1, repeats + 1):
             for name, wav in clips.items():
                 start, end = speech_extent_ms(wav)
                 run = WsRun(mode, name, repeat, len(runs) + 1, speech_ms=end - start)
-                await speak(ws, seen, run, wav)
+                await say(ws, seen, run, wav)
                 runs.append(run)
                 total = _ms(run.t_end, run.t_delta)
                 shown = "-" if total is None else f"{total:.0f} ms"

@@ -18,16 +18,11 @@ import pytest
 from fastapi import FastAPI
 
 import server.app as server_app
+from bench.fakes.serving import bound_socket, serving
 from server.app import create_app
 from server.cli import uvicorn_config
 from server.config import Settings
-from tests.support.servers import (
-    TEST_SETTINGS,
-    RunningServer,
-    ServerFactory,
-    bound_socket,
-    serving,
-)
+from tests.support.servers import TEST_SETTINGS, RunningServer, ServerFactory
 
 
 @pytest.fixture(autouse=True)

@@ -48,6 +48,7 @@ def test_make_bench_runs_the_benchmarks_in_order() -> None:
     assert make_bench_modules() == [
         "bench.voice_to_voice",  # ws
         "bench.voice_to_voice",  # rtc
+        "bench.remote_stages",
         "bench.tts_first_audio",
         "bench.llm_sizes",
         "bench.turn_model",

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from bench.fakes.openai import FakeOpenAI, running_fake_openai
+from bench.fakes.speech import CHUNKS, FakeSpeech, running_fake_speech
 from bench.speech import load_wav, silence
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.remote_llm import RemoteLanguageModel, RemoteLLMOptions
@@ -20,8 +22,6 @@ from models.remote_http import RemoteOptions
 from models.speech.remote_asr import RemoteRecognizer
 from models.speech.remote_tts import RemoteSynthesizer
 from tests.support.audio import append_chunked, say
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
-from tests.support.fake_speech import CHUNKS, FakeSpeech, running_fake_speech
 from tests.support.harness import Harness
 from tests.support.recorder import Recorder
 

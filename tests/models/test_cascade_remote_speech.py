@@ -1,4 +1,4 @@
-"""The cascade with both speech stages remote (tests/support/fake_speech.py speaking
+"""The cascade with both speech stages remote (bench/fakes/speech.py speaking
 the real wire format): a spoken question answered in speech, and a cancelled answer
 closing its speech request on the server."""
 
@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 
 import pytest
 
+from bench.fakes.speech import CHUNK, CHUNKS, FakeSpeech, running_fake_speech
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.text import ChatMessage
 from models.remote_http import RemoteOptions
@@ -17,7 +18,6 @@ from models.speech.files import ModelInfo
 from models.speech.remote_asr import RemoteRecognizer
 from models.speech.remote_tts import RemoteSynthesizer
 from tests.support.audio import say
-from tests.support.fake_speech import CHUNK, CHUNKS, FakeSpeech, running_fake_speech
 from tests.support.harness import Harness
 from tests.support.recorder import Recorder
 

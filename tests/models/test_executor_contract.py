@@ -32,6 +32,8 @@ from typing import Any, get_args
 
 import pytest
 
+from bench.fakes.openai import FakeOpenAI, running_fake_openai
+from bench.fakes.speech import running_fake_speech
 from models.base import Executor, Prompt
 from models.cascade.llm import Ct2LanguageModel
 from models.cascade.pipeline import CascadeExecutor
@@ -51,8 +53,6 @@ from models.vllm_engine import VllmExecutor, VllmOptions
 from server.config import ExecutorName
 from tests.support import executor_contract as contract
 from tests.support.executor_contract import FAILURE, Kit
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
-from tests.support.fake_speech import running_fake_speech
 from tests.support.fake_vllm import FakeAsyncLLM, FakeVllm
 from tests.support.harness import Harness
 

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.fakes.openai import FakeOpenAI, running_fake_openai
+from bench.fakes.speech import running_fake_speech
 from bench.speech import load_wav
 from models.base import OutputChunk, Prompt, PromptItem
 from models.chat_backends import session_key
@@ -24,8 +26,6 @@ from models.speech.remote_tts import RemoteSynthesizer
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
 from models.speech.tts import FliteSynthesizer
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
-from tests.support.fake_speech import running_fake_speech
 
 
 @pytest.fixture

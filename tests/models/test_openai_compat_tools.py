@@ -1,5 +1,5 @@
 """Function calling through the openai_compat executor, against a fake backend that
-streams `tool_calls` as vLLM's OpenAI server does (tests/support/fake_openai.py)."""
+streams `tool_calls` as vLLM's OpenAI server does (bench/fakes/openai.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bench.fakes.openai import FakeOpenAI, running_fake_openai
 from bench.speech import load_wav
 from models.base import FunctionCall, OutputChunk, Prompt, PromptItem, Tool
 from models.openai_compat import (
@@ -22,7 +23,6 @@ from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker
 from models.speech.tts import FliteSynthesizer
 from tests.support.audio import say
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 from tests.support.harness import Harness
 from tests.support.prompts import function_call, function_output
 

@@ -1,5 +1,5 @@
 """The remote speech recognition stage against a fake OpenAI-compatible server
-speaking the real wire format (multipart in, JSON out): tests/support/fake_speech.py."""
+speaking the real wire format (multipart in, JSON out): bench/fakes/speech.py."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from bench.fakes.speech import FakeSpeech, running_fake_speech
 from models.base import SpeechHint
 from models.errors import ModelMissing
 from models.remote_http import RemoteError, RemoteOptions, attempt_order
 from models.speech.remote_asr import RemoteRecognizer
-from tests.support.fake_speech import FakeSpeech, running_fake_speech
 from tests.support.servers import free_port
 
 TURN = (3000 * np.sin(np.arange(16_000) / 7)).astype(np.int16)  # 1 s at 16 kHz

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.fakes.openai import FakeOpenAI, running_fake_openai
 from models.base import FunctionCall, OutputChunk, Prompt, PromptItem, SpeechHint, Tool
 from models.cascade.build import CascadeOptions, make_language_model
 from models.cascade.pipeline import CascadeExecutor
@@ -31,7 +32,6 @@ from models.speech.files import ModelInfo
 from models.speech.tts import FliteSynthesizer
 from server.cli import main
 from server.config import Settings
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 
 REPLY = (
     "I heard 0 audio parts in 2 messages. "

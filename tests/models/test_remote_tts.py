@@ -1,6 +1,6 @@
 """The remote speech synthesis stage against a fake OpenAI-compatible server
 speaking the real wire format (JSON in, chunked raw pcm out):
-tests/support/fake_speech.py."""
+bench/fakes/speech.py."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import numpy as np
 import pytest
 
+from bench.fakes.speech import CHUNK, CHUNKS, FakeSpeech, running_fake_speech
 from models.errors import ModelMissing
 from models.remote_http import RemoteError, RemoteOptions
 from models.speech.remote_tts import RemoteSynthesizer, voice_for, voice_table
 from models.speech.slots import StageSlots
 from models.speech.speaker import Speaker, speak_text
-from tests.support.fake_speech import CHUNK, CHUNKS, FakeSpeech, running_fake_speech
 from tests.support.servers import free_port
 
 SENTENCE_SAMPLES = CHUNKS * len(CHUNK) // 2

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
+from bench.fakes.openai import FakeOpenAI, running_fake_openai
 from models.remote_http import (
     RemoteError,
     RemoteOptions,
@@ -20,7 +21,6 @@ from models.remote_http import (
     probe,
 )
 from tests.support.clock import FakeClock
-from tests.support.fake_openai import FakeOpenAI, running_fake_openai
 from tests.support.servers import ServerFactory
 
 

@@ -18,10 +18,10 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.fakes.throttle import Throttled
 from models.audio_prompt import PromptStyle
 from models.tool_text import hermes_calls
 from models.vllm_engine import Decoding, EngineLike, InstalledVllm, VllmOptions
-from tests.support.throttle import Throttled
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 import uvicorn
 
-from tests.support.servers import bound_socket, serving
+from bench.fakes.serving import bound_socket, serving
 
 Page = Callable[[str | None], dict[str, Any]]  # a cursor to a tools/list result
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import uvicorn
 
+from bench.fakes.serving import bound_socket, serving
 from engine.mcp.egress import McpPolicy, policy_of
 from engine.mcp.rules import McpError, McpResult, McpServer, McpTool
-from tests.support.servers import bound_socket, serving
 
 ANY_PUBLIC = McpPolicy(public=True)
 SCHEMA = json.dumps({"type": "object", "properties": {"samples": {"type": "integer"}}})

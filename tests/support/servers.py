@@ -1,15 +1,14 @@
 """Servers on a free port of 127.0.0.1, run by uvicorn in the test's own event loop.
 
-`serving` runs any ASGI app (Parley, or a fake backend) until the block ends;
+`serving_app` serves an app a test made (bench/fakes/serving.py serves any ASGI app);
 `RunningServer` is what the `serve` / `server` fixtures of tests/conftest.py hand out.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ import uvicorn
 from openai import AsyncOpenAI
 from openai.resources.realtime.realtime import AsyncRealtimeConnectionManager
 
+from bench.fakes.serving import bound_socket, serving
 from server.cli import uvicorn_options
 from server.config import Settings
 
@@ -26,7 +26,6 @@ TEST_SETTINGS: dict[str, Any] = {
     "scripted_chunk_delay_s": 0.01,
     "log_level": "warning",
 }
-START_TIMEOUT_S = 10.0
 
 
 def free_port() -> int:
@@ -34,59 +33,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def bound_socket() -> socket.socket:
-    """A socket bound to a free port, for a server in this process to listen on."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    return sock
-
-
-class _Server(uvicorn.Server):
-    """uvicorn.Server that reports readiness as an event and leaves the process's
-    signal handlers (pytest's Ctrl-C) alone."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = asyncio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self.ready.set()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    config: uvicorn.Config,
-    sock: socket.socket,
-    *,
-    name: str,
-    start_timeout_s: float = START_TIMEOUT_S,
-    stop_timeout_s: float = 15,
-) -> AsyncIterator[None]:
-    """Serve `config`'s app on `sock` until the block ends; fail if it does not start."""
-    server = _Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]), name=name)
-    try:
-        ready = asyncio.create_task(server.ready.wait())
-        await asyncio.wait(
-            {ready, task}, timeout=start_timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        if not server.ready.is_set():
-            ready.cancel()
-            if task.done():
-                task.result()  # raise why it failed to start
-            raise AssertionError(f"{name} did not start within {start_timeout_s} s")
-        yield
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, stop_timeout_s)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from bench.fakes.speech import FakeSpeech, running_fake_speech
 from models.base import FunctionCall
 from models.cascade.pipeline import CascadeExecutor
 from models.cascade.remote_llm import RemoteLanguageModel, RemoteLLMOptions
@@ -29,7 +30,6 @@ from models.chat_backends import Attempt
 from server.app import make_executor
 from server.config import Settings
 from tests.support.executor_contract import LOOKUP_TOOL
-from tests.support.fake_speech import FakeSpeech, running_fake_speech
 from tests.support.scrape import Samples
 from tests.vllm.conftest import (
     COUNTS,

@@ -9,6 +9,11 @@ base paths, each a replica with its own behaviour (`http://127.0.0.1:PORT/NAME`)
 - garbage: HTTP 200 with a body that is not the answer (HTML; an odd byte count);
 - dies: speaks one chunk, then drops the connection.
 
+Paced like a real server when asked (bench/stage_servers.py; every pause 0 by
+default): a transcription answers after `transcribe_s`; speech sends its first bytes
+`first_byte_s` after the request, then a chunk every `chunk_s`, `seconds_per_word` of
+audio per word of its input (0: CHUNKS chunks). Each step is stamped (`stamps`).
+
 `hold()` makes every speech chunk after the first wait for a permit (`release(n)`);
 `closed` counts speech streams the client closed before they ended
 (`stream_closed` is set then). `uploads` keeps each transcription's form.
@@ -27,8 +32,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from tests.support.servers import bound_socket, serving
-from tests.support.throttle import Throttled
+from bench.fakes.serving import bound_socket, serving
+from bench.fakes.throttle import Throttled
 
 CHUNKS = 4
 FAILURES = {"error": (500, "model overloaded"), "silent": (503, "late")}
@@ -48,6 +53,10 @@ class FakeSpeech(Throttled):
     never: asyncio.Event = field(default_factory=asyncio.Event)
     stream_closed: asyncio.Event = field(default_factory=asyncio.Event)  # `closed` went up
     first_chunk_sent: asyncio.Event = field(default_factory=asyncio.Event)
+    transcribe_s: float = 0.0
+    first_byte_s: float = 0.0
+    chunk_s: float = 0.0
+    seconds_per_word: float = 0.0
 
     def url(self, name: str, behaviour: str = "normal") -> str:
         self.behaviour.setdefault(name, behaviour)
@@ -62,6 +71,7 @@ class FakeSpeech(Throttled):
 
         @app.post("/{name}/v1/audio/transcriptions", response_model=None)
         async def transcriptions(name: str, request: Request) -> Any:
+            self.stamp("asr_request")
             self.keys.append(request.headers.get("authorization"))
             form = await request.form()
             upload = form["file"]
@@ -70,17 +80,21 @@ class FakeSpeech(Throttled):
             self.uploads.append((name, fields | {"file": await upload.read()}))
             if (failed := await self._failure(name)) is not None:
                 return failed
+            await self.pause(self.transcribe_s)
+            self.stamp("asr_answer", self.transcript)
             return {"text": f" {self.transcript} "}
 
         @app.post("/{name}/v1/audio/speech", response_model=None)
         async def speech(name: str, request: Request) -> Any:
             self.keys.append(request.headers.get("authorization"))
             body = await request.json()
+            self.stamp("tts_request", body.get("input", ""))
             self.spoken.append((name, body))
             if (failed := await self._failure(name)) is not None:
                 return failed
             dies = self.behaviour.get(name) == "dies"
-            return StreamingResponse(self._pcm(dies), media_type="audio/pcm")
+            chunks = self.chunks_for(str(body.get("input", "")))
+            return StreamingResponse(self._pcm(dies, chunks), media_type="audio/pcm")
 
         return app
 
@@ -96,14 +110,22 @@ class FakeSpeech(Throttled):
             return JSONResponse({"error": {"message": message}}, status)
         return None
 
-    async def _pcm(self, dies: bool) -> AsyncIterator[bytes]:
+    def chunks_for(self, text: str) -> int:
+        if not self.seconds_per_word:
+            return CHUNKS
+        return max(1, round(len(text.split()) * self.seconds_per_word / 0.1))
+
+    async def _pcm(self, dies: bool, chunks: int) -> AsyncIterator[bytes]:
         ended = False
         try:
-            for i in range(CHUNKS):
+            await self.pause(self.first_byte_s)
+            for i in range(chunks):
                 if i and dies:
                     raise ConnectionError("the fake speech server dies mid-sentence")
                 if i:
                     await self.permit()
+                    await self.pause(self.chunk_s)
+                self.stamp("tts_chunk")
                 yield CHUNK
                 self.first_chunk_sent.set()
             ended = True
@@ -123,10 +145,11 @@ class FakeSpeech(Throttled):
 
 
 @contextlib.asynccontextmanager
-async def running_fake_speech() -> AsyncIterator[FakeSpeech]:
-    """The fake on a free port of 127.0.0.1, in this event loop."""
+async def running_fake_speech(**pacing: Any) -> AsyncIterator[FakeSpeech]:
+    """The fake on a free port of 127.0.0.1, in this event loop, paced by `pacing`
+    (FakeSpeech's fields: transcribe_s, first_byte_s, ...)."""
     sock = bound_socket()
-    fake = FakeSpeech(port=sock.getsockname()[1])
+    fake = FakeSpeech(port=sock.getsockname()[1], **pacing)
     config = uvicorn.Config(fake.app(), log_level="warning", log_config=None)
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(serving(config, sock, name="the fake speech server"))

@@ -14,6 +14,11 @@ backend calls it instead, streaming `tool_calls` deltas as vLLM's OpenAI server 
 (the id and name first, the arguments in pieces, `finish_reason: "tool_calls"`);
 once the messages hold a `tool` result, the reply reads it back.
 
+Paced like a real server when asked (bench/stage_servers.py; every pause 0 by
+default): the first word `first_token_s` after the request, then one every
+`token_s`; `reply` (if set) is what every backend answers in place of the words
+above. Each request and word is stamped (`stamps`).
+
 `hold()` makes every chunk wait for a permit (`release(n)`); `closed` counts
 streams that the client closed before they ended (`stream_closed` is set then).
 """
@@ -33,8 +38,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from tests.support.servers import bound_socket, serving
-from tests.support.throttle import Throttled
+from bench.fakes.serving import bound_socket, serving
+from bench.fakes.throttle import Throttled
 
 TOOL_ARGUMENTS = ['{"order', '_id": ', '"A-1', '7"}']  # how the arguments stream
 
@@ -101,6 +106,9 @@ class FakeOpenAI(Throttled):
     never: asyncio.Event = field(default_factory=asyncio.Event)
     stream_closed: asyncio.Event = field(default_factory=asyncio.Event)  # `closed` went up
     requested: asyncio.Event = field(default_factory=asyncio.Event)  # a request came in
+    first_token_s: float = 0.0
+    token_s: float = 0.0
+    reply: str | None = None
 
     def url(self, name: str, behaviour: str = "normal") -> str:
         self.behaviour.setdefault(name, behaviour)
@@ -119,6 +127,7 @@ class FakeOpenAI(Throttled):
 
         @app.post("/{name}/v1/chat/completions", response_model=None)
         async def chat(name: str, request: Request) -> Any:
+            self.stamp("llm_request")
             body = await request.json()
             self.requests.append((name, body))
             self.requested.set()
@@ -143,7 +152,7 @@ class FakeOpenAI(Throttled):
             yield "data: [DONE]\n\n"
             self.finished += 1
             return
-        words = reply_for(body).split(" ")
+        words = (self.reply or reply_for(body)).split(" ")
         limit = body.get("max_tokens") or len(words)
         cut = len(words) > limit
         words = words[:limit]
@@ -151,6 +160,7 @@ class FakeOpenAI(Throttled):
         try:
             for i, word in enumerate(words):
                 await self.permit()
+                await self.pause(self.token_s if i else self.first_token_s)
                 if behaviour == "dies" and i == 2:
                     raise ConnectionError("the fake backend dies mid-stream")
                 text = word if i == 0 else " " + word
@@ -166,6 +176,7 @@ class FakeOpenAI(Throttled):
                     "object": "chat.completion.chunk",
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
                 }
+                self.stamp("llm_token", text)
                 yield f"data: {json.dumps(chunk)}\n\n"
             yield f"data: {json.dumps({'choices': [], 'usage': {'completion_tokens': 1}})}\n\n"
             yield "data: [DONE]\n\n"
@@ -178,9 +189,10 @@ class FakeOpenAI(Throttled):
 
 
 @contextlib.asynccontextmanager
-async def running_fake_openai() -> AsyncIterator[FakeOpenAI]:
-    """The fake on a free port of 127.0.0.1, in this event loop."""
-    fake = FakeOpenAI()
+async def running_fake_openai(**pacing: Any) -> AsyncIterator[FakeOpenAI]:
+    """The fake on a free port of 127.0.0.1, in this event loop, paced by `pacing`
+    (FakeOpenAI's fields: first_token_s, token_s, reply)."""
+    fake = FakeOpenAI(**pacing)
     sock = bound_socket()
     fake.port = sock.getsockname()[1]
     config = uvicorn.Config(fake.app(), log_level="warning", log_config=None)
