@@ -83,6 +83,43 @@ async def sentence_audio(
     yield speaker.to_output_rate(await synthesized(tts, sentence, voice))
 
 
+async def sentence_in_slot(
+    speaker: Speaker, sentence: str, voice: str, stopped: Callable[[], bool]
+) -> AsyncGenerator[np.ndarray, None]:
+    """The sentence's audio pieces, synthesized within the stage's slot. The slot is
+    held while the synthesizer works, not while the pieces wait for their consumer
+    (a session whose client reads slowly keeps no other session's sentence waiting).
+    Nothing is synthesized once `stopped()` holds; closing this stops the synthesis
+    (a remote one's request is closed)."""
+    pieces: asyncio.Queue[np.ndarray | Exception | None] = asyncio.Queue()
+
+    async def synthesize() -> None:
+        try:
+            async with speaker.slot.slot():
+                if stopped():
+                    return
+                audio = sentence_audio(speaker, sentence, voice)
+                async with contextlib.aclosing(audio):
+                    async for piece in audio:
+                        pieces.put_nowait(piece)
+        except Exception as exc:  # the consumer raises it
+            pieces.put_nowait(exc)
+        finally:
+            pieces.put_nowait(None)
+
+    worker = asyncio.ensure_future(synthesize())
+    try:
+        while (piece := await pieces.get()) is not None:
+            if isinstance(piece, Exception):
+                raise piece
+            yield piece
+    finally:
+        if not worker.done():
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+
 @dataclass
 class SpeakOutcome:
     """How `speak_text` ended: `stopped` when an abort cut it short."""
@@ -121,24 +158,23 @@ async def speak_text(
                 continue
             if timer is not None:
                 timer.begin()  # handed to the stage: its wait for a slot counts
-            async with speaker.slot.slot():
-                if stopped():
-                    outcome.stopped = True
-                    return
-                text = spaced  # with the sentence's first audio
-                audio = sentence_audio(speaker, sentence, voice)
-                async with contextlib.aclosing(audio):
-                    async for piece in audio:
-                        if text and on_audio is not None:
-                            on_audio()
-                        if stopped():
-                            outcome.stopped = True
-                            return  # aborted while synthesizing: drop it
-                        if timer is not None and len(piece):
-                            timer.reached("first_audio")
-                        yield OutputChunk(audio=piece, text=text)
-                        text = ""
-                if text:  # nothing to hear (e.g. only symbols): the words still count
-                    if on_audio is not None:
+            text = spaced  # with the sentence's first audio
+            audio = sentence_in_slot(speaker, sentence, voice, stopped)
+            async with contextlib.aclosing(audio):
+                async for piece in audio:
+                    if text and on_audio is not None:
                         on_audio()
-                    yield OutputChunk(audio=np.zeros(0, np.int16), text=text)
+                    if stopped():
+                        outcome.stopped = True
+                        return  # aborted while synthesizing: drop it
+                    if timer is not None and len(piece):
+                        timer.reached("first_audio")
+                    yield OutputChunk(audio=piece, text=text)
+                    text = ""
+            if stopped():
+                outcome.stopped = True
+                return
+            if text:  # nothing to hear (e.g. only symbols): the words still count
+                if on_audio is not None:
+                    on_audio()
+                yield OutputChunk(audio=np.zeros(0, np.int16), text=text)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bench.fakes.speech import CHUNK, CHUNKS, FakeSpeech, running_fake_speech
+from models.base import OutputChunk
 from models.errors import ModelMissing
 from models.remote_http import RemoteError, RemoteOptions
 from models.speech.remote_tts import RemoteSynthesizer, voice_for, voice_table
@@ -162,3 +163,29 @@ async def test_cancelling_a_spoken_reply_closes_the_speech_request(fake: FakeSpe
         await task
     await asyncio.wait_for(fake.stream_closed.wait(), 30)  # a hang guard only
     assert (fake.closed, fake.finished) == (1, 0)
+
+
+async def test_a_reply_read_slowly_keeps_no_other_sentence_waiting(fake: FakeSpeech) -> None:
+    """The voice's slot (one call at a time here, shared by every session) is held
+    while the server speaks a sentence, not while its pieces wait for a session
+    whose client reads slowly."""
+    tts = synthesizer(fake.url("a"))
+    speaker = Speaker(tts, StageSlots("tts", 1))
+
+    async def reply(text: str) -> AsyncGenerator[str, None]:
+        yield text
+
+    slow = speak_text(reply("Hello there."), speaker, speak=True, stopped=lambda: False)
+    first = (await anext(slow)).audio  # its first piece; it reads no more for now
+    assert first is not None and len(first) > 0
+    other = speak_text(reply("Another answer."), speaker, speak=True, stopped=lambda: False)
+    # A hang guard only: with the slot held by the slow reader this never ends.
+    heard = await asyncio.wait_for(_all_audio(other), 30)
+    assert len(heard) == SENTENCE_SAMPLES
+    rest = await _all_audio(slow)
+    assert len(first) + len(rest) == SENTENCE_SAMPLES
+    assert fake.finished == 2
+
+
+async def _all_audio(spoken: AsyncGenerator[OutputChunk, None]) -> np.ndarray:
+    return np.concatenate([c.audio async for c in spoken if c.audio is not None])
