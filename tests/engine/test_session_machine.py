@@ -242,12 +242,20 @@ class SessionMachine(RuleBasedStateMachine):
         modality=st.sampled_from([None, "audio", "text"]),
         given_input=st.sampled_from([None, "empty", "text", "reference"]),
         n=st.integers(0, 50),
+        interruptible=st.sampled_from([None, None, False]),
     )
     def create_response(
-        self, out_of_band: bool, modality: str | None, given_input: str | None, n: int
+        self,
+        out_of_band: bool,
+        modality: str | None,
+        given_input: str | None,
+        n: int,
+        interruptible: bool | None,
     ) -> None:
         response: dict[str, Any] = {}
         ref = None
+        if interruptible is not None:
+            response["interruptible"] = interruptible
         if out_of_band:
             response["conversation"] = "none"
         if modality is not None:
