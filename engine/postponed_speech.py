@@ -33,12 +33,10 @@ class Postponed:
 
 def protects(active_interruptible: bool | None, protecting_answer_audible: bool) -> bool:
     """Whether speech now must wait: the active response (`active_interruptible`
-    None: there is none) cannot be interrupted, or none is active and the last
-    uninterruptible answer still plays at the client. An interruptible response
-    started after it is not protected by it."""
-    if active_interruptible is not None:
-        return not active_interruptible
-    return protecting_answer_audible
+    None: there is none) cannot be interrupted, or the last uninterruptible answer
+    still plays at the client, whatever runs now: a `speech_started` would stop the
+    client's playback, its rest with it (a response created after it plays after it)."""
+    return active_interruptible is False or protecting_answer_audible
 
 
 class PostponedSpeech:

@@ -19,13 +19,13 @@ from tests.support.fake_hearing import FakeHearing
 from tests.support.harness import Harness
 from tests.support.held import finish, handled
 
-VAD = {
-    "type": "session.update",
-    "session": {
-        "type": "realtime",
-        "audio": {"input": {"turn_detection": {"type": "server_vad"}}},
-    },
-}
+
+def vad(kind: str) -> dict[str, Any]:
+    detection = {"type": kind}
+    return {
+        "type": "session.update",
+        "session": {"type": "realtime", "audio": {"input": {"turn_detection": detection}}},
+    }
 
 
 def spoken(*names: str) -> np.ndarray:
@@ -34,10 +34,12 @@ def spoken(*names: str) -> np.ndarray:
     return np.concatenate(parts).astype(np.int16)
 
 
-async def answering(h: Harness, executor: ScriptedExecutor, **response: Any) -> str:
-    """An answer asked for with `response` that has streamed two chunks and streams on
-    until the test lets it finish; its id."""
-    await h.send(VAD)
+async def answering(
+    h: Harness, executor: ScriptedExecutor, detection: str = "server_vad", **response: Any
+) -> str:
+    """With `detection` turn detection, an answer asked for with `response` that has
+    streamed two chunks and streams on until the test lets it finish; its id."""
+    await h.send(vad(detection))
     await h.send({"type": "response.create", "response": response})
     await h.run_until(lambda: bool(h.of("response.created")))
     assert executor.chunk_gate is not None
@@ -47,9 +49,15 @@ async def answering(h: Harness, executor: ScriptedExecutor, **response: Any) -> 
     return str(h.of("response.created")[0]["response"]["id"])
 
 
-async def talked_over(h: Harness, executor: ScriptedExecutor, *names: str, **response: Any) -> str:
+async def talked_over(
+    h: Harness,
+    executor: ScriptedExecutor,
+    *names: str,
+    detection: str = "server_vad",
+    **response: Any,
+) -> str:
     """An answer (`answering`) with the fixtures `names` said over it; its id."""
-    answer = await answering(h, executor, **response)
+    answer = await answering(h, executor, detection, **response)
     await append_chunked(h, spoken(*names))
     await handled(h)
     return answer
@@ -67,10 +75,13 @@ def said(executor: ScriptedExecutor, n: int) -> str:
     return executor.reply_for(executor.prompts[n])
 
 
-async def test_an_uninterruptible_answer_plays_on_and_the_speech_is_answered_after_it() -> None:
+@pytest.mark.parametrize("detection", ["server_vad", "semantic_vad"])
+async def test_an_uninterruptible_answer_plays_on_and_the_speech_is_answered_after_it(
+    detection: str,
+) -> None:
     executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0))
     async with Harness(executor) as h:
-        first = await talked_over(h, executor, "weather", interruptible=False)
+        first = await talked_over(h, executor, "weather", detection=detection, interruptible=False)
         # Nothing of the speech is on the wire, and the answer was not touched.
         assert h.of("input_audio_buffer.speech_started") == []
         assert h.of("input_audio_buffer.committed") == []
@@ -172,6 +183,34 @@ async def test_response_cancel_still_cancels_it_and_the_waiting_turn_goes_out() 
         assert [r["status"] for r in h.responses_done()] == ["cancelled", "completed"]
 
 
+async def test_a_response_created_after_it_does_not_let_speech_cut_its_rest() -> None:
+    """A client chains an ordinary answer to the uninterruptible one: the user's speech
+    waits while the first still plays, then interrupts the second as any speech would."""
+    executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0), speech=load_wav("lights"))
+    async with Harness(executor) as h:
+        await answering(h, executor, interruptible=False)
+        finish(executor)
+        await h.run_until(lambda: len(h.responses_done()) == 1)
+        executor.chunk_gate = asyncio.Semaphore(0)
+        await h.send({"type": "response.create"})
+        await h.run_until(lambda: len(h.of("response.created")) == 2)
+        # 2.1 s of the 2.2 s the first answer plays for from its end.
+        await append_chunked(h, np.concatenate([silence(300), load_wav("weather")]))
+        await handled(h)
+        assert h.of("input_audio_buffer.speech_started") == []
+        assert len(h.responses_done()) == 1
+        await append_chunked(h, silence(900))
+        await handled(h)
+        assert len(h.of("input_audio_buffer.speech_started")) == 1
+        second = h.responses_done()[1]
+        assert second["status"] == "cancelled"
+        assert second["status_details"]["reason"] == "turn_detected"
+        finish(executor)
+        await h.settle()
+        assert [r["status"] for r in h.responses_done()] == ["completed", "cancelled", "completed"]
+        assert len(h.of("input_audio_buffer.committed")) == 1
+
+
 @pytest.mark.parametrize(("heard", "turns"), [("Wait, what was that?", 1), ("Mm-hm.", 0)])
 async def test_held_speech_qualifies_as_ever_and_only_an_interruption_waits(
     heard: str, turns: int
@@ -190,6 +229,24 @@ async def test_held_speech_qualifies_as_ever_and_only_an_interruption_waits(
         assert len(h.of("input_audio_buffer.speech_started")) == turns
         assert len(h.of("input_audio_buffer.committed")) == turns
         assert [r["status"] for r in h.responses_done()] == ["completed"] * (1 + turns)
+
+
+async def test_output_audio_buffer_clear_ends_the_wait() -> None:
+    executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0), speech=load_wav("lights"))
+    async with Harness(executor) as h:
+        await talked_over(h, executor, "weather", interruptible=False)
+        finish(executor)
+        await h.run_until(lambda: len(h.responses_done()) == 1)
+        await append_chunked(h, silence(100))
+        await handled(h)
+        assert h.of("input_audio_buffer.speech_started") == []  # its audio still plays
+        await h.send({"type": "output_audio_buffer.clear"})
+        await append_chunked(h, silence(100))  # the client stopped it: the turn goes out
+        await h.settle()
+        assert len(h.of("output_audio_buffer.cleared")) == 1
+        assert len(h.of("input_audio_buffer.speech_started")) == 1
+        assert len(h.of("input_audio_buffer.committed")) == 1
+        assert [r["status"] for r in h.responses_done()] == ["completed", "completed"]
 
 
 @pytest.mark.parametrize(
@@ -215,6 +272,6 @@ async def test_interruptible_must_be_a_boolean(value: object, code: str | None) 
 
 def test_who_protects_speech() -> None:
     assert protects(False, False)  # an uninterruptible answer streams
-    assert not protects(True, True)  # a later interruptible one is not protected
     assert protects(None, True)  # none streams, the uninterruptible one still plays
-    assert not protects(None, False)
+    assert protects(True, True)  # one streams that will play after it
+    assert not protects(True, False) and not protects(None, False)
