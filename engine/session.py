@@ -418,7 +418,7 @@ class Session:
         if self.held.ended and full:
             await self._advance_held(final=True)  # no more waiting for the recognizer
         if self.postponed.ended and full:
-            await self._release_postponed(force=True)  # no more room to wait in
+            self._commit_postponed()  # no more room to wait in
         if self.held.ended or self.postponed.ended:
             pass  # its audio waits in the buffer for the verdict, or for the answer's end
         elif not detector.in_speech:
@@ -576,16 +576,28 @@ class Session:
         )
         return protects(None if active is None else active.request.interruptible, audible)
 
-    async def _release_postponed(self, *, force: bool = False) -> None:
-        """The answer was heard (or, `force`, the buffer is full): the turn said over
-        it goes out as any turn does, and is answered."""
-        if self.postponed.turn is None or (self._protected() and not force):
+    async def _release_postponed(self) -> None:
+        """The answer was heard: the turn said over it goes out as any turn does, and
+        is answered."""
+        if self.postponed.turn is None or self._protected():
             return
         turn = self.postponed.take()
         assert turn is not None
         await self._speech_started(turn.item_id, turn.audio_start_ms)
         if turn.stop is not None:
             await self._speech_stopped(turn.stop, turn.frame_received)
+
+    def _commit_postponed(self) -> None:
+        """The input buffer is full while an ended turn waits: it is committed now
+        without its speech events (a speech_started would stop the answer's playback)
+        and answered after the answer, as `idle_timeout_ms` commits a turn."""
+        turn = self.postponed.take()
+        assert turn is not None and turn.stop is not None
+        self._speech = None
+        self._commit(turn.item_id, turn.start, self.buffer.ms_to_pos(turn.stop.audio_end_ms))
+        params = self.config.turn_detection
+        if params is not None and params.create_response:
+            self.responder.request(ResponseRequest(from_client=False))
 
     async def _on_hearing_done(self, message: HearingDone) -> None:
         params = self._interruption()

@@ -136,6 +136,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.steps = 0  # steps of the current session
         self._seen: set[str] = set()  # what the examples reached, for the statistics
         self.references: dict[str, str] = {}  # response id -> the item it took as input
+        self.uninterruptible: set[str] = set()  # in-band responses speech must not cut
 
     def teardown(self) -> None:
         try:
@@ -271,6 +272,8 @@ class SessionMachine(RuleBasedStateMachine):
         for sent in self.send({"type": "response.create", "response": response}):
             if sent["type"] == "response.created" and ref is not None:
                 self.references[sent["response"]["id"]] = ref
+            if sent["type"] == "response.created" and interruptible is False and not out_of_band:
+                self.uninterruptible.add(sent["response"]["id"])
 
     @precondition(lambda self: not self.client.ended)
     @rule(which=st.sampled_from(["none", "open", "done", "unknown"]), n=st.integers(0, 50))
@@ -477,6 +480,23 @@ class SessionMachine(RuleBasedStateMachine):
         ledger.check_settled()
         if ledger.unanswered:
             self._seen.add("a VAD turn's answer deferred")
+
+    @invariant()
+    def uninterruptible_answers_are_not_talked_over(self) -> None:
+        """No speech_started while one streams, and it never ends by a barge-in."""
+        open_now = False
+        for e in self.client.events:
+            response = e.get("response", {})
+            if e["type"] == "response.created" and response["id"] in self.uninterruptible:
+                open_now = True
+            elif e["type"] == "response.done" and response["id"] in self.uninterruptible:
+                open_now = False
+                reason = (response.get("status_details") or {}).get("reason")
+                assert reason != "turn_detected", f"{response['id']} was cut by speech"
+            elif e["type"] == "input_audio_buffer.speech_started":
+                assert not open_now, "speech_started during an uninterruptible answer"
+        if self.client.session.postponed.turn is not None:
+            self._seen.add("speech postponed")
 
     @invariant()
     def announced_items_exist(self) -> None:

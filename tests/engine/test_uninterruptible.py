@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bench.speech import load_wav, silence
+from engine.limits import EngineLimits
 from engine.postponed_speech import protects
 from models.scripted import ScriptedExecutor
 from tests.support.audio import append_chunked
@@ -229,6 +230,26 @@ async def test_held_speech_qualifies_as_ever_and_only_an_interruption_waits(
         assert len(h.of("input_audio_buffer.speech_started")) == turns
         assert len(h.of("input_audio_buffer.committed")) == turns
         assert [r["status"] for r in h.responses_done()] == ["completed"] * (1 + turns)
+
+
+async def test_a_turn_that_fills_the_buffer_while_it_waits_is_committed_quietly() -> None:
+    """The input buffer bounds what may wait: a turn that fills it is committed then,
+    without its speech events (a speech_started would stop the answer's playback),
+    and answered after the answer."""
+    executor = ScriptedExecutor(chunk_gate=asyncio.Semaphore(0))
+    async with Harness(executor, limits=EngineLimits(max_buffer_ms=3000)) as h:
+        await talked_over(h, executor, "weather", "lights", interruptible=False)
+        assert h.of("input_audio_buffer.committed") != []
+        assert h.of("input_audio_buffer.speech_started") == [] and h.responses_done() == []
+        finish(executor)
+        await h.settle()
+        await heard_out(h)
+        statuses = [r["status"] for r in h.responses_done()]
+        assert statuses[0] == "completed" and len(statuses) >= 2
+        assert h.index("response.done") < h.index(
+            "response.created", **{"response.id": h.responses_done()[1]["id"]}
+        )
+        assert not h.errors()
 
 
 async def test_output_audio_buffer_clear_ends_the_wait() -> None:
