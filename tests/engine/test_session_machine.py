@@ -39,6 +39,9 @@ APPEND = 2400  # 100 ms per append, as a client streams its microphone
 LIMITS = EngineLimits(
     max_buffer_ms=3000,  # small, so both manual refusals and VAD's forced stop happen
     vad_offload_samples=10**9,  # VAD on the loop: a worker thread would not settle
+    # No ingest pacing: it waits on the wall clock once a session has sent a minute of
+    # audio, which thirty steps of speech can (and whether it waits depends on the host).
+    ingest_speed=0.0,
     outbox_limit=24,  # small, so a client that stops reading fills it within a few steps
     outbox_reserve=12,
     # The history bounds and the out-of-band limit, small enough to be reached
