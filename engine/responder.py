@@ -72,6 +72,8 @@ class ResponseEnded:
     audio_ms: int | None
     spoke: bool  # the assistant was heard: the voice is fixed from now on
     response_id: str | None = None
+    # An uninterruptible answer that ended by itself: speech waits while it plays.
+    protects: bool = False
 
 
 class Responder:
@@ -454,7 +456,10 @@ class Responder:
                 self._conversation.insert_after(by_id[output_id], previous)
                 previous = output_id
         audio_answer = in_band and stream.message_open and stream.audio_out
-        self._on_ended(ResponseEnded(item.audio_ms if audio_answer else None, kept > 0, resp.id))
+        protects = audio_answer and not resp.request.interruptible and status != "cancelled"
+        self._on_ended(
+            ResponseEnded(item.audio_ms if audio_answer else None, kept > 0, resp.id, protects)
+        )
         by_id = {call.id: call for call in stream.calls}
         by_id[item.id] = item
         output = [by_id[i].wire() for i in stream.outputs]

@@ -41,6 +41,9 @@ class ResponseRequest:
     input: tuple[Item, ...] | None = None
     # conversation: "none": outside the conversation, beside the active response.
     out_of_band: bool = False
+    # False (Parley's extension): the user's speech does not cut it; it becomes the
+    # next turn once the answer has played (engine/postponed_speech.py).
+    interruptible: bool = True
 
 
 def request_from_create(
@@ -81,6 +84,7 @@ def request_from_create(
         tool_choice=None if r.tool_choice is None else tool_choice_name(r.tool_choice),
         input=inputs,
         out_of_band=r.conversation == "none",
+        interruptible=r.interruptible is not False,
     )
 
 

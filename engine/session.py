@@ -63,6 +63,7 @@ from engine.mcp.tools import McpListed, McpTools
 from engine.observer import Observer
 from engine.pause_scoring import EndOfTurnScored
 from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackReport, TrackAudio
+from engine.postponed_speech import PostponedSpeech, protects
 from engine.prepare_chain import PrepareChain, PrepareChainBroken
 from engine.prompts import PromptLibrary
 from engine.responder import Responder, ResponseEnded
@@ -160,6 +161,8 @@ class Session:
         self.held = HeldSpeech(
             None if hearing is None else OffLoopHearing(hearing, self._post, self.session_id)
         )
+        # Speech over an answer that cannot be interrupted waits for it to be heard.
+        self.postponed = PostponedSpeech()
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
@@ -344,6 +347,7 @@ class Session:
                 self.items.delete(m)
             case protocol.OutputAudioBufferClear():
                 await self.responder.clear_output(m)
+                self.postponed.answer = None  # the client stopped playing it
             case Reject():
                 self._error(m.error)
             case PreparationFinished():
@@ -408,6 +412,7 @@ class Session:
         events = await self.turns.feed(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
         if detector is None:
             return
+        await self._release_postponed()
         for turn_event in events:
             await self._on_turn_event(turn_event, received_at)
         if self.turns.after_frames(self._turn_so_far, self._turn_ms()) is not None:
@@ -418,8 +423,10 @@ class Session:
         full = len(self.buffer) > self.buffer.ms_to_pos(self.limits.max_buffer_ms)
         if self.held.ended and full:
             await self._advance_held(final=True)  # no more waiting for the recognizer
-        if self.held.ended:
-            pass  # its audio waits in the buffer for the verdict
+        if self.postponed.ended and full:
+            self._commit_postponed()  # no more room to wait in
+        if self.held.ended or self.postponed.ended:
+            pass  # its audio waits in the buffer for the verdict, or for the answer's end
         elif not detector.in_speech:
             self._check_idle_timeout()
             # Idle: keep only what a future turn's prefix padding can reach.
@@ -442,6 +449,8 @@ class Session:
             if self.held.held is not None:  # the last held speech ended, unheard: decide now
                 await self._advance_held(final=True)
             self.playback.user_spoke()
+            if self.postponed.resumed():
+                return  # more of the turn said over an uninterruptible answer
             item_id = self.ids.new("item")
             start = self.buffer.ms_to_pos(event.audio_start_ms)
             self._speech = (item_id, start)
@@ -449,12 +458,17 @@ class Session:
             if holds(self._interruption(), self._assistant_audible()):
                 self.held.hold(item_id, start, event.audio_start_ms, event.onset_ms)
                 return
+            if self._protected():
+                self.postponed.postpone(item_id, start, event.audio_start_ms)
+                return
             await self._speech_started(item_id, event.audio_start_ms)
         elif isinstance(event, PauseCandidate):
             self._score_pause(event.pause_id)
         elif isinstance(event, SpeechStopped):
             if self.held.stopped(event, frame_received):
                 await self._advance_held()
+                return
+            if self.postponed.stopped(event, frame_received):
                 return
             if self._speech is not None and not self._assistant_audible():
                 end = self.buffer.ms_to_pos(event.speech_end_ms or event.audio_end_ms)
@@ -536,6 +550,15 @@ class Session:
             if decision.moved:
                 self._speech = (decision.item_id, decision.start)
                 self.buffer.discard_before(decision.start)
+            if self._protected():
+                self.postponed.postpone(
+                    decision.item_id,
+                    decision.start,
+                    decision.audio_start_ms,
+                    decision.stop,
+                    decision.frame_received,
+                )
+                return
             await self._speech_started(decision.item_id, decision.audio_start_ms)
             if decision.stop is not None:
                 await self._speech_stopped(decision.stop, decision.frame_received)
@@ -545,6 +568,42 @@ class Session:
                 # No turn: its audio goes, the answer plays on.
                 self._speech = None
                 self.buffer.discard_before(self.buffer.ms_to_pos(decision.end_ms))
+
+    # --- speech over an uninterruptible answer (engine/postponed_speech.py) --------------
+
+    def _protected(self) -> bool:
+        """Speech now would cut an answer that cannot be interrupted."""
+        active = self.responder.active
+        answer = self.postponed.answer
+        audible = (
+            answer is not None
+            and self.playback.answer == answer
+            and self.playback.audible(self._now_ms())
+        )
+        return protects(None if active is None else active.request.interruptible, audible)
+
+    async def _release_postponed(self) -> None:
+        """The answer was heard: the turn said over it goes out as any turn does, and
+        is answered."""
+        if self.postponed.turn is None or self._protected():
+            return
+        turn = self.postponed.take()
+        assert turn is not None
+        await self._speech_started(turn.item_id, turn.audio_start_ms)
+        if turn.stop is not None:
+            await self._speech_stopped(turn.stop, turn.frame_received)
+
+    def _commit_postponed(self) -> None:
+        """The input buffer is full while an ended turn waits: it is committed now
+        without its speech events (a speech_started would stop the answer's playback)
+        and answered after the answer, as `idle_timeout_ms` commits a turn."""
+        turn = self.postponed.take()
+        assert turn is not None and turn.stop is not None
+        self._speech = None
+        self._commit(turn.item_id, turn.start, self.buffer.ms_to_pos(turn.stop.audio_end_ms))
+        params = self.config.turn_detection
+        if params is not None and params.create_response:
+            self.responder.request(ResponseRequest(from_client=False))
 
     async def _on_hearing_done(self, message: HearingDone) -> None:
         params = self._interruption()
@@ -680,9 +739,11 @@ class Session:
         and held speech with its hearing."""
         self.turns.stop_work()
         self.held.reset()
+        self.postponed.reset()
 
     def _reset_turn_detection(self) -> None:
         self.held.reset()
+        self.postponed.reset()
         self.turns.reset(self._now_ms())
 
     def _on_preparation_finished(self, message: PreparationFinished) -> None:
@@ -737,6 +798,7 @@ class Session:
         self.input.apply(change)
         if vad_changed:
             self.held.reset()
+            self.postponed.reset()
             self.turns.use(detector)
             self._speech = None
         self.emit.send(updated)
@@ -753,6 +815,7 @@ class Session:
         """What an ended response changes here (the Responder calls this once per
         response, before its `response.done`)."""
         self.playback.answer_ended(ended.response_id, self._now_ms(), ended.audio_ms, ended.spoke)
+        self.postponed.answer_ended(ended.response_id, ended.protects)
         self._bound_history()
 
     # --- history ----------------------------------------------------------------------

@@ -398,6 +398,8 @@ class ResponseIn(_Loose):
     metadata: dict[str, str] | None = None
     max_output_tokens: MaxTokens | None = None
     max_response_output_tokens: MaxTokens | None = None  # beta spelling
+    # Parley's extension: false, speech cannot cut this answer (engine/postponed_speech.py).
+    interruptible: bool | None = None
 
 
 class ResponseCreate(ValidatedEvent):

@@ -712,6 +712,34 @@ async def test_output_audio_buffer_clear_cancels_the_response(open_client: Open)
     assert "error" not in c.types()
 
 
+@sends("session.update", "response.create", "input_audio_buffer.append")
+async def test_an_uninterruptible_answer_is_heard_out_by_an_sdk_client(open_client: Open) -> None:
+    """Parley's `interruptible: false` passes through the SDK's typed `response.create`;
+    speech over the answer neither cancels it nor reaches the client before it ends,
+    and is answered after it; every event still validates against the SDK."""
+    c = await open_client(scripted_chunk_delay_s=SLOW_CHUNK_S)
+    await c.turn_detection({"type": "server_vad"})
+    await c.conn.response.create(response={"interruptible": False})
+    first = (await c.until("response.created"))["response"]["id"]
+    await c.until("response.output_audio.delta", response_id=first)
+    await c.append_pcm(speech("weather"))
+    done = (await c.until("response.done", id=first))["response"]
+    assert done["status"] == "completed"
+    assert "interruptible" not in done  # not echoed: SDK clients see OpenAI's shape
+    await c.append_pcm(silence(1500))  # the answer plays out; then the turn goes out
+    second = await c.until("response.done")
+    (started,) = c.of("input_audio_buffer.speech_started")
+    (committed,) = c.of("input_audio_buffer.committed")
+    assert c.all.index(started) > c.all.index(c.of("response.done")[0])
+    assert second["response"]["status"] == "completed"
+    turn_ms = (
+        c.of("input_audio_buffer.speech_stopped")[0]["audio_end_ms"] - started["audio_start_ms"]
+    )
+    assert transcript(second["response"]) == f"I heard {turn_ms * 24} samples in 2 items."
+    assert committed["item_id"] == started["item_id"]
+    assert "error" not in c.types()
+
+
 # --- G.711 end to end ----------------------------------------------------------------------
 
 

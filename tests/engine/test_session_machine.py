@@ -39,6 +39,9 @@ APPEND = 2400  # 100 ms per append, as a client streams its microphone
 LIMITS = EngineLimits(
     max_buffer_ms=3000,  # small, so both manual refusals and VAD's forced stop happen
     vad_offload_samples=10**9,  # VAD on the loop: a worker thread would not settle
+    # No ingest pacing: it waits on the wall clock once a session has sent a minute of
+    # audio, which thirty steps of speech can (and whether it waits depends on the host).
+    ingest_speed=0.0,
     outbox_limit=24,  # small, so a client that stops reading fills it within a few steps
     outbox_reserve=12,
     # The history bounds and the out-of-band limit, small enough to be reached
@@ -136,6 +139,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.steps = 0  # steps of the current session
         self._seen: set[str] = set()  # what the examples reached, for the statistics
         self.references: dict[str, str] = {}  # response id -> the item it took as input
+        self.uninterruptible: set[str] = set()  # in-band responses speech must not cut
 
     def teardown(self) -> None:
         try:
@@ -242,12 +246,20 @@ class SessionMachine(RuleBasedStateMachine):
         modality=st.sampled_from([None, "audio", "text"]),
         given_input=st.sampled_from([None, "empty", "text", "reference"]),
         n=st.integers(0, 50),
+        interruptible=st.sampled_from([None, None, False]),
     )
     def create_response(
-        self, out_of_band: bool, modality: str | None, given_input: str | None, n: int
+        self,
+        out_of_band: bool,
+        modality: str | None,
+        given_input: str | None,
+        n: int,
+        interruptible: bool | None,
     ) -> None:
         response: dict[str, Any] = {}
         ref = None
+        if interruptible is not None:
+            response["interruptible"] = interruptible
         if out_of_band:
             response["conversation"] = "none"
         if modality is not None:
@@ -263,6 +275,8 @@ class SessionMachine(RuleBasedStateMachine):
         for sent in self.send({"type": "response.create", "response": response}):
             if sent["type"] == "response.created" and ref is not None:
                 self.references[sent["response"]["id"]] = ref
+            if sent["type"] == "response.created" and interruptible is False and not out_of_band:
+                self.uninterruptible.add(sent["response"]["id"])
 
     @precondition(lambda self: not self.client.ended)
     @rule(which=st.sampled_from(["none", "open", "done", "unknown"]), n=st.integers(0, 50))
@@ -469,6 +483,23 @@ class SessionMachine(RuleBasedStateMachine):
         ledger.check_settled()
         if ledger.unanswered:
             self._seen.add("a VAD turn's answer deferred")
+
+    @invariant()
+    def uninterruptible_answers_are_not_talked_over(self) -> None:
+        """No speech_started while one streams, and it never ends by a barge-in."""
+        open_now = False
+        for e in self.client.events:
+            response = e.get("response", {})
+            if e["type"] == "response.created" and response["id"] in self.uninterruptible:
+                open_now = True
+            elif e["type"] == "response.done" and response["id"] in self.uninterruptible:
+                open_now = False
+                reason = (response.get("status_details") or {}).get("reason")
+                assert reason != "turn_detected", f"{response['id']} was cut by speech"
+            elif e["type"] == "input_audio_buffer.speech_started":
+                assert not open_now, "speech_started during an uninterruptible answer"
+        if self.client.session.postponed.turn is not None:
+            self._seen.add("speech postponed")
 
     @invariant()
     def announced_items_exist(self) -> None:

@@ -281,8 +281,12 @@ SDK_EVENTS = {
     }.items()
 }
 # Beta spellings: GA clients never send them, the beta SDK types them alike.
-# Parley's own extensions, which no SDK types (engine/interruption.py).
-PARLEY_ONLY = re.compile(r"\.turn_detection\.interruption\b|\.audio\.input\.echo_cancellation\b")
+# Parley's own extensions, which no SDK types (engine/interruption.py,
+# engine/postponed_speech.py).
+PARLEY_ONLY = re.compile(
+    r"\.turn_detection\.interruption\b|\.audio\.input\.echo_cancellation\b"
+    r"|^response\.interruptible$"
+)
 BETA_ONLY = re.compile(
     r"session\.(modalities|voice|input_audio_format|output_audio_format|turn_detection"
     r"|input_audio_transcription|max_response_output_tokens)\b|\.max_response_output_tokens$"

@@ -94,6 +94,43 @@ async def test_barge_in_silences_the_track_and_truncates_to_what_was_played(
     assert truncated["audio_end_ms"] < len(long) * 1000 // 24_000 - 2000
 
 
+async def test_an_uninterruptible_answer_plays_on_the_track_while_the_user_talks(
+    serve: ServerFactory, tmp_path: Path
+) -> None:
+    """`interruptible: false` over a call: the track plays the answer to its end under
+    the user's speech (no speech_started, no clear, no truncation meanwhile), then the
+    speech is the next turn and is answered."""
+    long = np.concatenate([load_wav(name) for name in ("weather", "lights")])  # ~4 s
+    server = await serve(
+        scripted_speech=write_wav(long, tmp_path / "answer.wav"), scripted_chunk_delay_s=0.1
+    )
+    async with rtc_call(server) as call:
+        await call.events.until("session.created")
+        call.send({"type": "response.create", "response": {"interruptible": False}})
+        started = await call.events.until("output_audio_buffer.started")
+        played_from = time.monotonic()
+        await call.until_heard(lambda: len(call.audible_since(played_from)) >= 25, TIMEOUT_S)
+        call.mic.say(utterance("joke"))
+        talked_at = time.monotonic()
+        stopped = await call.events.until("output_audio_buffer.stopped")
+        assert stopped["response_id"] == started["response_id"]
+        assert call.events.of("input_audio_buffer.speech_started") == []
+        (first,) = call.events.of("response.done")
+        assert first["response"]["status"] == "completed"
+        await call.events.until("input_audio_buffer.speech_started")
+        second = await call.events.until("response.done")
+        assert second["response"]["status"] == "completed"
+        types = call.events.types()
+    assert "output_audio_buffer.cleared" not in types
+    assert "conversation.item.truncated" not in types
+    assert "error" not in types
+    # The answer was heard all through the user's speech, and to its end.
+    audible = call.audible_since(talked_at + 0.2)
+    assert len([h for h in audible if h.at <= talked_at + 1.2]) >= 25  # of 50 frames
+    heard_ms = 20 * len(call.audible_since(played_from))
+    assert heard_ms >= len(long) * 1000 // 24_000 - 1000
+
+
 KEY = "sk-parley-test-key"
 
 
