@@ -47,6 +47,9 @@ class Server:
         self.replicas = Replicas(options, clock)
         self._client: httpx.AsyncClient | None = None
 
+    def open_client(self) -> None:
+        self.http()
+
     def http(self) -> httpx.AsyncClient:
         if self._client is None:
             o = self.options

@@ -193,6 +193,9 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
 
     # --- backends ---------------------------------------------------------------------
 
+    def open_client(self) -> None:
+        self.server.open_client()
+
     def order(self, prompt: Prompt) -> list[str]:
         """Backends to try for this request: the session's own first, healthy ones
         before those that failed lately."""

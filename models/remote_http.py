@@ -317,6 +317,16 @@ async def probe(replicas: Replicas, client: httpx.AsyncClient) -> None:
             replicas.answered(url)
 
 
+def open_clients(*stages: object) -> None:
+    """Make the async HTTP clients of those of `stages` that run on servers, in the
+    running loop (the one that serves them): some 60-90 ms each, which the first
+    turn would otherwise pay."""
+    for stage in stages:
+        opener = getattr(stage, "open_client", None)
+        if callable(opener):
+            opener()
+
+
 def replicas_of(*stages: object) -> list[Replicas]:
     """The replicas of those of `stages` that run on servers."""
     found = (getattr(stage, "replicas", None) for stage in stages)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from models.base import ExecutorStats, OutputChunk, Prompt, PromptItem
-from models.remote_http import Replicas, replicas_of
+from models.remote_http import Replicas, open_clients, replicas_of
 from models.speculating import SpeculatingExecutor
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker, speak_text
@@ -58,6 +58,9 @@ class TextThenSpeechExecutor(SpeculatingExecutor, Generic[R]):
         self._requests: dict[str, R] = {}
         self._aborted_early: OrderedDict[str, None] = OrderedDict()
         self.clock: Clock = time.monotonic  # times the synthesizer (models/stage_timing.py)
+
+    async def start(self) -> None:
+        open_clients(self, self.speaker.tts)
 
     def remote_stages(self) -> list[Replicas]:
         return replicas_of(self, self.transcripts.recognizer, self.speaker.tts)

@@ -259,6 +259,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
         return len(self._requests)
 
     async def start(self) -> None:
+        await super().start()
         if self.engine is None:
             log.info("starting vLLM engine for %s (%s prompts)", self.options.model, self.style)
             self.engine = self.backend.start_engine(self.options, self.style)

@@ -32,7 +32,7 @@ from models.base import PCM_RATE, ExecutorStats, FunctionCall, OutputChunk, Prom
 from models.cascade.llm import LanguageModel
 from models.cascade.remote_llm import RemoteLanguageModel
 from models.cascade.text import ChatMessage, chat_messages, spoken_end
-from models.remote_http import Replicas, replicas_of
+from models.remote_http import Replicas, open_clients, replicas_of
 from models.speculating import SpeculatingExecutor
 from models.speculative_responses import Declined
 from models.speech.asr import SpeechRecognizer
@@ -126,6 +126,9 @@ class CascadeExecutor(SpeculatingExecutor):
 
     def remote_stages(self) -> list[Replicas]:
         return replicas_of(self.asr, self.llm, self.tts)
+
+    async def start(self) -> None:
+        open_clients(self.asr, self.llm, self.tts)
 
     def running(self, request_id: str) -> bool:
         """Whether the response `request_id` still has model work in flight."""

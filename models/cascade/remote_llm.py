@@ -102,6 +102,7 @@ class RemoteLanguageModel:
         self.name = options.model or "remote"
         self.server = Server(options, clock)
         self.replicas = self.server.replicas
+        self.open_client = self.server.open_client
 
     def check(self) -> None:
         """At start: every replica answers `GET /v1/models` and lists the model (or,

@@ -83,13 +83,18 @@ class RemoteSynthesizer(RemoteStage):
         o = self.options
         return httpx.AsyncClient(timeout=o.timeout(), headers=o.headers(), limits=o.limits())
 
+    def open_client(self) -> None:
+        """The pooled client, made in the loop that will use it (`open_clients`)."""
+        if self._client is None:
+            self._client = self._new_client()
+
     async def synthesize_stream(
         self, text: str, voice: str = ""
     ) -> AsyncGenerator[np.ndarray, None]:
         """The sentence's audio at 24 kHz, piece by piece as the server sends it;
         closing this (a barge-in) closes the request."""
-        if self._client is None:
-            self._client = self._new_client()
+        self.open_client()
+        assert self._client is not None
         stream = self._stream(self._client, text, voice)
         async with contextlib.aclosing(stream):
             async for piece in stream:

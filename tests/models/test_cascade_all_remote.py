@@ -133,3 +133,18 @@ async def test_speculation_and_the_early_answer_use_the_remote_stages(servers: S
     assert len(servers.chat.requests) == 1
     asked = servers.chat.requests[0][1]["messages"][-1]
     assert asked == {"role": "user", "content": servers.speech.transcript}
+
+
+async def test_the_remote_clients_are_made_at_start_not_on_the_first_turn(
+    servers: Servers,
+) -> None:
+    executor = await all_remote(servers)
+    tts, llm = executor.tts, executor.llm
+    assert isinstance(tts, RemoteSynthesizer) and isinstance(llm, RemoteLanguageModel)
+    assert (tts._client, llm.server._client) == (None, None)
+    await executor.start()  # the server's lifespan, in its serving loop
+    try:
+        assert tts._client is not None and llm.server._client is not None
+    finally:
+        await executor.aclose()
+        await llm.aclose()
