@@ -324,7 +324,7 @@ class SessionIn(_Loose):
     the client put it, for errors. (The field order decides which of several bad
     fields pydantic names first, so it stays as it is.)"""
 
-    type: Literal["realtime"] | None = None
+    type: Literal["realtime", "transcription"] | None = None
     model: str | None = None
     instructions: str | None = None
     output_modalities: list[Literal["text", "audio"]] | None = None
