@@ -345,6 +345,7 @@ class SessionIn(_Loose):
     output_audio_format: str | None = None
     turn_detection: TurnDetectionIn | None = None
     input_audio_transcription: TranscriptionIn | None = None
+    input_audio_noise_reduction: NoiseReductionIn | None = None
     tools: list[ToolIn] | None = None
     tool_choice: ToolChoiceIn | None = None
     max_response_output_tokens: MaxTokens | None = None
