@@ -8,6 +8,7 @@ spoken words with the embedded recognizer."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from tests.support.audio import sdk_append_chunked, utterance
 from tests.support.events import TIMEOUT_S, Events
 from tests.support.refusals import handshake_refusal
 from tests.support.servers import RunningServer, ServerFactory
+from tests.support.webrtc_client import rtc_call
 
 SERVER_VAD = {"type": "server_vad", "silence_duration_ms": 500}
 
@@ -152,6 +154,7 @@ async def test_beta_transcription_session_update_is_an_alias(
             "type": "transcription_session.update",
             "session": {
                 "input_audio_transcription": {"model": "whisper-1"},
+                "input_audio_noise_reduction": {"type": "far_field"},
                 "turn_detection": None,
             },
         }
@@ -160,6 +163,7 @@ async def test_beta_transcription_session_update_is_an_alias(
     assert updated["type"] == "transcription"
     assert updated["audio"]["input"]["turn_detection"] is None
     assert updated["audio"]["input"]["transcription"] == {"model": "whisper-1"}
+    assert updated["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
 
 
 async def test_a_realtime_session_cannot_become_a_transcription_session(
@@ -207,3 +211,40 @@ async def test_an_ephemeral_key_is_bound_to_its_session_type(server: RunningServ
         )
     )
     assert (status, error["param"]) == (400, "session.type")
+
+
+# --- over WebRTC ------------------------------------------------------------------------
+
+
+async def test_a_webrtc_call_with_a_transcription_session(server: RunningServer) -> None:
+    """The offer's `session` makes the call a transcription session: the same events on
+    the data channel (each validated), and the track the server sends stays silent."""
+    session = transcription_update(turn_detection=SERVER_VAD)
+    async with rtc_call(server, session=session) as call:
+        created = (await call.events.until("session.created"))["session"]
+        assert RealtimeTranscriptionSessionCreateRequest.model_validate(created).type == (
+            "transcription"
+        )
+        call.mic.say(utterance("weather", lead_ms=300))
+        completed = await call.events.until("conversation.item.input_audio_transcription.completed")
+        (committed,) = call.events.of("input_audio_buffer.committed")
+        assert completed["item_id"] == committed["item_id"]
+        assert completed["transcript"].startswith("audio of ")
+        # A second of the track after the turn was transcribed, where a realtime
+        # session's answer would play: frames arrive, none of them audible.
+        after = time.monotonic()
+        await call.until_heard(lambda: bool(call.heard) and call.heard[-1].at > after + 1, 10)
+        assert call.audible_since(call.mic.spoke_at[0]) == []
+        types = call.events.types()
+        assert not [t for t in types if t.startswith(("response.", "output_audio_buffer."))]
+        assert "error" not in types
+
+
+async def test_a_webrtc_call_with_a_transcription_key(server: RunningServer) -> None:
+    secret = await mint(server, transcription_update(turn_detection=None))
+    async with rtc_call(server, key=secret.value) as call:
+        created = (await call.events.until("session.created"))["session"]
+        assert created["type"] == "transcription"
+        call.send({"type": "response.create", "event_id": "ask"})
+        error = (await call.events.until("error"))["error"]
+        assert (error["event_id"], error["param"]) == ("ask", "type")
