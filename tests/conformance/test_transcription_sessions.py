@@ -22,6 +22,7 @@ from openai.types.realtime import (
 )
 from websockets.asyncio.client import connect
 
+from bench.rtc_client import CallRefused
 from tests.support.audio import sdk_append_chunked, utterance
 from tests.support.events import TIMEOUT_S, Events
 from tests.support.refusals import handshake_refusal
@@ -248,3 +249,9 @@ async def test_a_webrtc_call_with_a_transcription_key(server: RunningServer) -> 
         call.send({"type": "response.create", "event_id": "ask"})
         error = (await call.events.until("error"))["error"]
         assert (error["event_id"], error["param"]) == ("ask", "type")
+    # The key's type binds the call too: an offer asking for a realtime session is refused.
+    other = await mint(server, transcription_update(turn_detection=None))
+    with pytest.raises(CallRefused) as refused:
+        async with rtc_call(server, key=other.value, session={"type": "realtime"}):
+            pass
+    assert refused.value.status == 400 and "session.type" in refused.value.body
