@@ -58,13 +58,14 @@ def transcription_update(**audio_input: Any) -> dict[str, Any]:
     return {"type": "transcription", "audio": {"input": audio_input}}
 
 
+@pytest.mark.parametrize("vad", [SERVER_VAD, {"type": "semantic_vad", "eagerness": "high"}])
 async def test_a_spoken_turn_is_committed_and_transcribed(
-    transcribing: tuple[Any, Events],
+    transcribing: tuple[Any, Events], vad: dict[str, Any]
 ) -> None:
     conn, events = transcribing
     await conn.session.update(
         session=transcription_update(
-            turn_detection=SERVER_VAD,
+            turn_detection=vad,
             transcription={"model": "gpt-4o-transcribe", "language": "en"},
             noise_reduction={"type": "near_field"},
         )
@@ -74,6 +75,7 @@ async def test_a_spoken_turn_is_committed_and_transcribed(
     assert set(updated) == {"type", "audio", "include"}
     assert updated["audio"]["input"]["transcription"]["model"] == "gpt-4o-transcribe"
     assert updated["audio"]["input"]["noise_reduction"] == {"type": "near_field"}
+    assert updated["audio"]["input"]["turn_detection"]["type"] == vad["type"]
 
     await sdk_append_chunked(conn, utterance("weather", lead_ms=300), 100)
     completed = await events.until("conversation.item.input_audio_transcription.completed")
