@@ -26,6 +26,7 @@ from bench.rtc_client import CallRefused
 from tests.support.audio import sdk_append_chunked, utterance
 from tests.support.events import TIMEOUT_S, Events
 from tests.support.refusals import handshake_refusal
+from tests.support.sdk_check import assert_beta_event
 from tests.support.servers import RunningServer, ServerFactory
 from tests.support.webrtc_client import rtc_call
 
@@ -257,3 +258,31 @@ async def test_a_webrtc_call_with_a_transcription_key(server: RunningServer) -> 
         async with rtc_call(server, key=other.value, session={"type": "realtime"}):
             pass
     assert refused.value.status == 400 and "session.type" in refused.value.body
+
+
+async def test_a_beta_client_transcribes_in_beta_shapes(server: RunningServer) -> None:
+    """The beta SDK client (`OpenAI-Beta: realtime=v1`): every event in the beta union,
+    its transcription_session.update read as session.update."""
+    client = AsyncOpenAI(
+        base_url=f"{server.http_url}/v1",
+        websocket_base_url=f"ws://127.0.0.1:{server.port}/v1",
+        api_key="x",
+    )
+    manager = client.beta.realtime.connect(
+        model="gpt-realtime", extra_query={"intent": "transcription"}
+    )
+    async with manager as conn:
+        events = Events(conn.recv_bytes, assert_beta_event)
+        created = (await events.until("session.created"))["session"]
+        assert "voice" not in created and "instructions" not in created
+        await conn.transcription_session.update(
+            session={"input_audio_transcription": {"model": "whisper-1"}, "turn_detection": None}
+        )
+        updated = (await events.until("session.updated"))["session"]
+        assert updated["turn_detection"] is None
+        await sdk_append_chunked(conn, utterance("weather"), 100)
+        await conn.input_audio_buffer.commit()
+        committed = await events.until("input_audio_buffer.committed")
+        completed = await events.until("conversation.item.input_audio_transcription.completed")
+        assert completed["item_id"] == committed["item_id"]
+        assert "error" not in events.types()
