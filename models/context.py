@@ -39,6 +39,12 @@ class PromptTokens:
     exact: bool
 
 
+def answer_tokens(prompt: Prompt, cap: int) -> int:
+    """The tokens an executor leaves its answer: the response's `max_output_tokens`
+    up to its own `cap`."""
+    return min(prompt.max_output_tokens or cap, cap)
+
+
 def item_text(item: PromptItem, transcripts: Mapping[str, str]) -> str | None:
     """The text a model reads of an item; None for audio it has no transcript of."""
     if item.kind == "function_call":
