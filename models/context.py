@@ -14,6 +14,7 @@ transcript is not known yet; an audio model reads its encoder's rate
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,13 @@ class PromptTokens:
     instructions: int
     items: tuple[int, ...]
     exact: bool
+
+
+def cached_counter(count: Callable[[str], int], size: int = 4096) -> Callable[[str], int]:
+    """`count` remembering its last `size` texts: every response counts the whole
+    conversation again, and a tokenizer over a thousand items takes some 25 ms of
+    the session's loop where the remembered counts take under 1."""
+    return functools.lru_cache(maxsize=size)(count)
 
 
 def answer_tokens(prompt: Prompt, cap: int) -> int:

@@ -40,7 +40,7 @@ from models.audio_prompt import (
     tokenizer_counter,
 )
 from models.base import FunctionCall, OutputChunk, Prompt
-from models.context import PromptTokens, answer_tokens, count_prompt
+from models.context import PromptTokens, answer_tokens, cached_counter, count_prompt
 from models.errors import ModelMissing
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker
@@ -252,6 +252,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
             or (tokenizer_counter(local) if local.is_dir() else None)
             or estimate_tokens
         )
+        self._count_parts = cached_counter(self.count_tokens)  # for the truncation
         self.engine: EngineLike | None = None
         self.stats = TextThenSpeechStats()
 
@@ -273,7 +274,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
         """Exact with the model's tokenizer.json (audio at its encoder's rate)."""
         return count_prompt(
             prompt,
-            self.count_tokens,
+            self._count_parts,
             exact=self.count_tokens is not estimate_tokens,
             audio_tokens_per_s=STYLES[self.style].audio_tokens_per_s,
             transcripts=self.transcripts.known,

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from models.cascade.chat_template import ChatTemplate
 from models.cascade.text import ChatMessage, is_degenerate, keep_recent, render_chatml
+from models.context import cached_counter
 from models.errors import ModelMissing
 from models.speech.files import ModelInfo, cache_dir, dir_size, package_dir
 from models.tool_text import template_calls_tools
@@ -174,6 +175,7 @@ class Ct2LanguageModel:
         self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path / "tokenizer.json"))
         # For the session's truncation (engine/truncation.py): the context it bounds.
         self.context_length = read_context_length(self.path, self.gguf)
+        self.count_text = cached_counter(self._count)  # a text's tokens in its tokenizer
         config = json.loads((self.path / "config.json").read_text())
         vocabulary = self._tokenizer.get_vocab()
         ends = [*END_OF_TURN, config.get("eos_token") or ""]
@@ -196,8 +198,7 @@ class Ct2LanguageModel:
         self._repetition_penalty = repetition_penalty
         self._no_repeat_ngram_size = no_repeat_ngram_size
 
-    def count_text(self, text: str) -> int:
-        """`text`'s tokens in this model's own tokenizer."""
+    def _count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def prompt(self, messages: Sequence[ChatMessage]) -> str:
