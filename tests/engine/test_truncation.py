@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.session_config import RetentionRatio, Truncation
 from engine.truncation import (
@@ -69,6 +71,34 @@ def test_disabled_never_drops_and_reports_what_overflows() -> None:
 def test_a_cut_never_leaves_a_function_output_without_its_call() -> None:
     can_start = [True, True, False, True]  # item 2 is the output of call 1
     assert plan_cut([4, 4, 4, 4], can_start, 9, "auto") == Fits(3)
+
+
+@given(
+    parts=st.lists(st.tuples(st.integers(0, 50), st.booleans()), min_size=1, max_size=12),
+    room=st.integers(-10, 200),
+    ratio=st.sampled_from([None, 0.0, 0.3, 0.8, 1.0]),
+    last=st.integers(0, 12),
+)
+def test_a_cut_only_moves_on_and_only_as_far_as_it_must(
+    parts: list[tuple[int, bool]], room: int, ratio: float | None, last: int
+) -> None:
+    tokens = [t for t, _ in parts]
+    can_start = [s for _, s in parts]
+    mode: Truncation = "auto" if ratio is None else RetentionRatio(ratio)
+    plan = plan_cut(tokens, can_start, room, mode, last)
+    assert isinstance(plan, Fits)  # only disabled fails
+    start, n = min(last, len(tokens) - 1), len(tokens)
+    assert start <= plan.first <= n - 1  # never back, and the latest item is read
+    if sum(tokens[start:]) <= room:
+        assert plan.first == start  # it fits from the last cut: the cut holds
+        return
+    target = room * (1.0 if ratio is None else ratio)
+    if plan.first < n - 1:
+        assert sum(tokens[plan.first :]) <= target and can_start[plan.first]
+    earlier = plan.first - 1  # one item less dropped would not do
+    assert earlier < start or sum(tokens[earlier:]) > target or not can_start[earlier]
+    disabled = plan_cut(tokens, can_start, room, "disabled", last)
+    assert disabled == (Fits(0) if sum(tokens) <= room else TooLong(sum(tokens), room))
 
 
 def test_post_instructions_caps_the_room_after_the_instructions() -> None:
