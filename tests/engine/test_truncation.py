@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bench.speech import load_wav, silence
 from engine.session_config import RetentionRatio, Truncation
 from engine.truncation import (
     ContextCut,
@@ -21,9 +22,10 @@ from engine.truncation import (
     plan_cut,
     room_after_instructions,
 )
-from models.base import Prompt, PromptItem
+from models.base import Prompt, PromptItem, prompt_key
 from models.context import count_prompt
 from models.scripted import ScriptedExecutor
+from tests.support.audio import append_chunked
 from tests.support.harness import Harness
 
 ANY = [True] * 8
@@ -262,3 +264,34 @@ async def test_disabled_fails_the_response_that_does_not_fit_and_the_session_liv
         assert t.seen() == 3  # 46 words: cut to the 23 that fit
     finally:
         await t.h.__aexit__()
+
+
+class EarlyAnswers(ScriptedExecutor):
+    """A small context, recording the prompts of the answers begun early."""
+
+    def __init__(self) -> None:
+        super().__init__(context_tokens=10)
+        self.early: list[Prompt] = []
+
+    def answer_early(self, prompt: Prompt) -> None:
+        self.early.append(prompt)
+
+
+async def test_an_answer_begun_early_is_cut_as_its_response_will_be() -> None:
+    """Else its prompt would hold the items the response leaves out, and the response
+    could never adopt it (server_vad begins one at the turn's last pause)."""
+    executor = EarlyAnswers()
+    async with Harness(executor) as h:
+        item = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": TURN}],
+        }
+        for _ in range(3):
+            await h.send({"type": "conversation.item.create", "item": item})
+        speech = load_wav("weather")
+        await append_chunked(h, np.concatenate([silence(300), speech, silence(900)]))
+        await h.settle()
+    [asked_for] = executor.prompts
+    assert len(asked_for.items) == 1  # 24 words of text and the turn: the turn alone fits
+    assert executor.early and prompt_key(executor.early[-1]) == prompt_key(asked_for)
