@@ -4,6 +4,8 @@ a word as a token)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,17 +192,18 @@ class Turns:
         return len(self.h.scripted.prompts[-1].items)
 
 
-async def session(truncation: Truncation | dict[str, Any], context: int | None = 30) -> Turns:
-    h = Harness(ScriptedExecutor(context_tokens=context))
-    await h.__aenter__()
-    sent = {"output_modalities": ["text"], "truncation": truncation}
-    await h.send({"type": "session.update", "session": sent})
-    return Turns(h)
+@asynccontextmanager
+async def session(
+    truncation: Truncation | dict[str, Any], context: int | None = 30
+) -> AsyncIterator[Turns]:
+    async with Harness(ScriptedExecutor(context_tokens=context)) as h:
+        sent = {"output_modalities": ["text"], "truncation": truncation}
+        await h.send({"type": "session.update", "session": sent})
+        yield Turns(h)
 
 
 async def test_auto_drops_the_oldest_turns_of_a_small_context_and_never_fails() -> None:
-    t = await session("auto")
-    try:
+    async with session("auto") as t:
         seen = []
         for _ in range(5):
             assert (await t.say())["status"] == "completed"
@@ -208,13 +211,10 @@ async def test_auto_drops_the_oldest_turns_of_a_small_context_and_never_fails() 
         # 8, 23, then 38 words of a 30-word context: the oldest turn goes (30 left), and
         # at every turn since the cut moves on again (auto cuts to the limit only).
         assert seen == [1, 3, 4, 4, 4]
-    finally:
-        await t.h.__aexit__()
 
 
 async def test_a_retention_ratio_cuts_deeper_and_the_cut_holds_for_the_next_turns() -> None:
-    t = await session({"type": "retention_ratio", "retention_ratio": 0.5})
-    try:
+    async with session({"type": "retention_ratio", "retention_ratio": 0.5}) as t:
         seen = []
         for _ in range(6):
             assert (await t.say())["status"] == "completed"
@@ -225,27 +225,21 @@ async def test_a_retention_ratio_cuts_deeper_and_the_cut_holds_for_the_next_turn
         assert seen == [1, 3, 2, 4, 2, 4]
         prompts = t.h.scripted.prompts
         assert prompts[3].items[0].id == prompts[2].items[0].id
-    finally:
-        await t.h.__aexit__()
 
 
 async def test_post_instructions_caps_the_conversation_without_any_context_limit() -> None:
     limits = {"post_instructions": 20}
-    t = await session(
+    async with session(
         {"type": "retention_ratio", "retention_ratio": 1.0, "token_limits": limits}, context=None
-    )
-    try:
+    ) as t:
         await t.say()
         assert t.seen() == 1
         assert (await t.say())["status"] == "completed"
         assert t.seen() == 2  # 23 words over 20: the first turn goes, its answer stays
-    finally:
-        await t.h.__aexit__()
 
 
 async def test_disabled_fails_the_response_that_does_not_fit_and_the_session_lives_on() -> None:
-    t = await session("disabled")
-    try:
+    async with session("disabled") as t:
         await t.say()
         await t.say()
         asked = len(t.h.scripted.prompts)
@@ -262,8 +256,6 @@ async def test_disabled_fails_the_response_that_does_not_fit_and_the_session_liv
         await t.h.send({"type": "session.update", "session": {"truncation": "auto"}})
         assert (await t.say())["status"] == "completed"
         assert t.seen() == 3  # 46 words: cut to the 23 that fit
-    finally:
-        await t.h.__aexit__()
 
 
 class EarlyAnswers(ScriptedExecutor):
