@@ -58,6 +58,7 @@ from engine.response import (
 )
 from engine.response_stream import ResponseGate, ResponseStream
 from engine.session_config import SessionConfig
+from engine.truncation import ContextCut, ContextTooLong
 from models.base import Executor, Prompt
 
 log = logging.getLogger("engine.session")
@@ -120,6 +121,7 @@ class Responder:
         self._oob_ended: dict[str, str] = {}
         self._last_response_id: str | None = None
         self._closed = False
+        self._context = ContextCut()  # the session's truncation: where its model starts reading
 
     # --- what the session asks -------------------------------------------------------
 
@@ -127,6 +129,16 @@ class Responder:
         """The current epoch of an output lane; output of any other is stale. An
         out-of-band response has a lane of its own, removed when it is cancelled."""
         return self.epoch if lane == CONVERSATION else self._oob_epochs.get(lane, -1)
+
+    def fit(self, prompt: Prompt) -> Prompt | None:
+        """An early answer's prompt, cut as its response's will be (None: it would
+        fail, truncation being disabled); the session's cut stays where it is."""
+        try:
+            return self._context.apply(
+                prompt, self._executor, self._config().truncation, keep=False
+            )
+        except ContextTooLong:
+            return None
 
     def holds_item(self, item_id: str) -> bool:
         """Whether `item_id` belongs to the response in progress."""
@@ -360,13 +372,15 @@ class Responder:
             config = self._config()
             names = {t.name for t in function_tools(resp.request, config)}
             mcp = () if self._mcp is None else self._mcp.offered_tools(names)
-            return prompt_for(
-                resp,
-                self._conversation.items,
-                config,
-                self._session_id,
-                mcp_tools=mcp,
-                ran=ran,
+            built = prompt_for(
+                resp, self._conversation.items, config, self._session_id, mcp_tools=mcp, ran=ran
+            )
+            return self._context.apply(
+                built,
+                self._executor,
+                config.truncation,
+                conversation=resp.request.input is None,
+                keep=not resp.request.out_of_band,
             )
 
         observer = self._observer
@@ -381,6 +395,8 @@ class Responder:
             await resp.stream.run(self._executor, prompt, first_chunk)
         except asyncio.CancelledError:
             raise
+        except ContextTooLong as exc:
+            error = exc  # the client's to act on: no traceback
         except Exception as exc:
             log.exception("session %s: response %s failed", self._session_id, resp.id)
             error = exc

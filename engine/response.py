@@ -21,6 +21,7 @@ from engine.session_config import (
     tool_choice_name,
     tools_from_wire,
 )
+from engine.truncation import ContextTooLong
 from models.base import Prompt, PromptItem, Tool
 
 CancelReason = Literal["turn_detected", "client_cancelled"]
@@ -264,6 +265,15 @@ Ending = tuple[ResponseStatus, dict[str, Any] | None]  # status and status_detai
 
 def ending_of(error: BaseException | None, finish: Literal["length"] | None) -> Ending:
     """How a response whose stream ended by itself is reported."""
+    if isinstance(error, ContextTooLong):
+        return "failed", {
+            "type": "failed",
+            "error": {
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+                "message": str(error),
+            },
+        }
     if error is not None:
         return "failed", {
             "type": "failed",

@@ -668,7 +668,9 @@ class Session:
             self.session_id,
             self.mcp.offered_tools({t.name for t in self.config.tools}),
         )
-        self.executor.answer_early(prompt)
+        fitted = self.responder.fit(prompt)  # cut as the response's will be
+        if fitted is not None:
+            self.executor.answer_early(fitted)
 
     def _check_idle_timeout(self) -> None:
         """server_vad `idle_timeout_ms`: silence for that long after an answer has

@@ -59,8 +59,7 @@ class RetentionRatio:
     token_limits_sent: bool = False  # `token_limits` sent (maybe empty): echoed so
 
 
-# Accepted and echoed; not applied yet: only Parley's own history caps cut the
-# conversation (engine/history.py).
+# Applied to each response's prompt by engine/truncation.py.
 Truncation = Literal["auto", "disabled"] | RetentionRatio
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from models.stage_timing import StageTiming, StageTimings
 
 if TYPE_CHECKING:
+    from models.context import PromptTokens
     from models.remote_http import Replicas
 
 # The rate the engine and the executors exchange audio at: int16 mono, 24 kHz.
@@ -216,6 +217,19 @@ class Executor(ABC):
         """The text of a user audio item for the client's input transcription
         events, or None when this executor cannot transcribe."""
         return None
+
+    def context_limit(self, prompt: Prompt) -> int | None:
+        """The tokens `prompt` may take: the model's context length less what its
+        answer may take. None: not known here, so the session's `truncation` cuts
+        nothing for the context (its `token_limits.post_instructions` still does)."""
+        return None
+
+    def prompt_tokens(self, prompt: Prompt) -> PromptTokens:
+        """The tokens each part of `prompt` takes (models/context.py): exact where
+        this executor has the model's tokenizer; this default estimates."""
+        from models.context import count_prompt  # models.context imports this module
+
+        return count_prompt(prompt)
 
     def remote_stages(self) -> list[Replicas]:
         """The stages that run on remote servers, for /healthz and its probe."""

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from models.audio_prompt import MODEL_RATE, AudioPrompt, build_audio_prompt
+from models.audio_prompt import MODEL_RATE, STYLES, AudioPrompt, build_audio_prompt
 from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt
 from models.chat_backends import (
     Attempt,
@@ -46,6 +46,7 @@ from models.chat_backends import (
 from models.chat_backends import CallParts as _CallParts
 from models.chat_backends import function_calls as function_calls
 from models.chat_backends import merge_tool_call_deltas as merge_tool_call_deltas
+from models.context import PromptTokens, answer_tokens, count_prompt
 from models.remote_http import RemoteError, Retryable, api_base, listed_models
 from models.remote_http import rendezvous as rendezvous
 from models.speech.asr import SpeechRecognizer
@@ -222,9 +223,18 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
 
     # --- executor ---------------------------------------------------------------------
 
+    def context_limit(self, prompt: Prompt) -> int | None:
+        o = self.options
+        return o.max_context_tokens - answer_tokens(prompt, o.max_output_tokens)
+
+    def prompt_tokens(self, prompt: Prompt) -> PromptTokens:
+        """Estimated: the backend's tokenizer is on its server."""
+        rate = STYLES["qwen2_audio"].audio_tokens_per_s  # the style `body` counts in
+        return count_prompt(prompt, transcripts=self.transcripts.known, audio_tokens_per_s=rate)
+
     def body(self, prompt: Prompt, model: str) -> dict[str, Any]:
         o = self.options
-        limit = min(prompt.max_output_tokens or o.max_output_tokens, o.max_output_tokens)
+        limit = answer_tokens(prompt, self.options.max_output_tokens)
         audio_prompt = build_audio_prompt(
             prompt,
             style="qwen2_audio",  # for counting only: the server renders the template

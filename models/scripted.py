@@ -30,6 +30,7 @@ from models.base import (
     Prompt,
     PromptItem,
 )
+from models.context import PromptTokens, count_prompt
 
 T = TypeVar("T")
 
@@ -64,6 +65,9 @@ class ScriptedExecutor(Executor):
     # so a long-running server (`parley serve --executor scripted`, bench/load.py)
     # does not keep every prompt's audio.
     history: int = 100
+    # A context this small, in words (one word is one token here; 10 a second of
+    # audio), so tests can overflow it: the session's `truncation` then cuts.
+    context_tokens: int | None = None
     prompts: list[Prompt] = field(default_factory=list)
     prepared: list[str] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
@@ -87,6 +91,16 @@ class ScriptedExecutor(Executor):
     def samples_heard(transcript: str) -> int:
         """Inverse of `reply_for`, for tests."""
         return int(transcript.split()[2])
+
+    def context_limit(self, prompt: Prompt) -> int | None:
+        if self.context_tokens is None:
+            return None
+        return self.context_tokens - (prompt.max_output_tokens or 0)
+
+    def prompt_tokens(self, prompt: Prompt) -> PromptTokens:
+        return count_prompt(
+            prompt, lambda text: len(text.split()), exact=True, audio_tokens_per_s=10, frame=0
+        )
 
     async def prepare(self, item: PromptItem) -> None:
         if self.prepare_gate is not None:

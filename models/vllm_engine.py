@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from models.audio_prompt import (
     MODEL_RATE,
     PROMPT_STYLES,
+    STYLES,
     AudioPrompt,
     PromptStyle,
     TokenCounter,
@@ -39,6 +40,7 @@ from models.audio_prompt import (
     tokenizer_counter,
 )
 from models.base import FunctionCall, OutputChunk, Prompt
+from models.context import PromptTokens, answer_tokens, cached_counter, count_prompt
 from models.errors import ModelMissing
 from models.speech.asr import SpeechRecognizer
 from models.speech.speaker import Speaker
@@ -250,6 +252,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
             or (tokenizer_counter(local) if local.is_dir() else None)
             or estimate_tokens
         )
+        self._count_parts = cached_counter(self.count_tokens)  # for the truncation
         self.engine: EngineLike | None = None
         self.stats = TextThenSpeechStats()
 
@@ -264,6 +267,19 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
             log.info("starting vLLM engine for %s (%s prompts)", self.options.model, self.style)
             self.engine = self.backend.start_engine(self.options, self.style)
 
+    def context_limit(self, prompt: Prompt) -> int | None:
+        return self.options.max_model_len - answer_tokens(prompt, self.options.max_output_tokens)
+
+    def prompt_tokens(self, prompt: Prompt) -> PromptTokens:
+        """Exact with the model's tokenizer.json (audio at its encoder's rate)."""
+        return count_prompt(
+            prompt,
+            self._count_parts,
+            exact=self.count_tokens is not estimate_tokens,
+            audio_tokens_per_s=STYLES[self.style].audio_tokens_per_s,
+            transcripts=self.transcripts.known,
+        )
+
     async def _generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         if self.engine is None:
             raise RuntimeError("the vLLM engine is not running (the server is starting)")
@@ -271,10 +287,7 @@ class VllmExecutor(TextThenSpeechExecutor[_Request]):
         request_id = prompt.request_id
         if self._aborted_before_start(request_id):
             return
-        limit = min(
-            prompt.max_output_tokens or self.options.max_output_tokens,
-            self.options.max_output_tokens,
-        )
+        limit = answer_tokens(prompt, self.options.max_output_tokens)
         audio_prompt = build_audio_prompt(
             prompt,
             style=self.style,

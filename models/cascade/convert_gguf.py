@@ -59,6 +59,9 @@ _TOKEN_TYPE_USER_DEFINED = 4
 # --------------------------------------------------------------------------- GGUF
 
 
+CONTEXT_FILE = "context.json"
+
+
 def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
     """Return the decoded value of a GGUF metadata field (or ``default``)."""
     field = reader.fields.get(key)
@@ -393,6 +396,12 @@ def _bpe_json(
 # --------------------------------------------------------------------------- main
 
 
+def context_length(reader: GGUFReader) -> int | None:
+    """The context length the model was trained for (`<arch>.context_length`)."""
+    value = _field(reader, f"{_field(reader, 'general.architecture')}.context_length")
+    return None if value is None else int(value)
+
+
 def convert(
     gguf_path: str | Path,
     output_dir: str | Path,
@@ -404,8 +413,8 @@ def convert(
 
     ``quantization`` is the on-disk weight type (int8, float32, int8_float32, ...);
     CTranslate2 can still load an int8 model with ``compute_type="float32"``.
-    Writes model.bin, config.json, vocabulary.json, tokenizer.json and
-    chat_template.jinja.
+    Writes model.bin, config.json, vocabulary.json, tokenizer.json,
+    chat_template.jinja and context.json (its context length).
     """
     converter = GGUFLlamaConverter(gguf_path, progress)
     out = Path(converter.convert(str(output_dir), quantization=quantization, force=force))
@@ -416,7 +425,12 @@ def convert(
     template = _field(reader, "tokenizer.chat_template")
     if template:
         (out / "chat_template.jinja").write_text(template, encoding="utf-8")
+    write_context(out, reader)
     return out
+
+
+def write_context(out: Path, reader: GGUFReader) -> None:
+    (out / CONTEXT_FILE).write_text(json.dumps({"context_length": context_length(reader)}))
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from models.cascade.chat_template import ChatTemplate
 from models.cascade.text import ChatMessage, is_degenerate, keep_recent, render_chatml
+from models.context import cached_counter
 from models.errors import ModelMissing
 from models.speech.files import ModelInfo, cache_dir, dir_size, package_dir
 from models.tool_text import template_calls_tools
@@ -120,6 +121,20 @@ def bundled_ct2() -> tuple[Path, str]:
     return converted_dir(bundled_gguf(), "float32"), default_compute_type(cpu_flags())
 
 
+def read_context_length(converted: Path, gguf: Path) -> int | None:
+    """The model's context length, kept beside its conversion; read from the GGUF
+    (once) for a conversion made before it was kept."""
+    from models.cascade.convert_gguf import CONTEXT_FILE, write_context
+
+    kept = converted / CONTEXT_FILE
+    if not kept.is_file():
+        from gguf import GGUFReader
+
+        write_context(converted, GGUFReader(str(gguf)))
+    value = json.loads(kept.read_text()).get("context_length")
+    return None if value is None else int(value)
+
+
 class Ct2LanguageModel:
     def __init__(
         self,
@@ -158,6 +173,9 @@ class Ct2LanguageModel:
             str(self.path), device="cpu", compute_type=self.compute_type, intra_threads=threads
         )
         self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        # For the session's truncation (engine/truncation.py): the context it bounds.
+        self.context_length = read_context_length(self.path, self.gguf)
+        self.count_text = cached_counter(self._count)  # a text's tokens in its tokenizer
         config = json.loads((self.path / "config.json").read_text())
         vocabulary = self._tokenizer.get_vocab()
         ends = [*END_OF_TURN, config.get("eos_token") or ""]
@@ -179,6 +197,9 @@ class Ct2LanguageModel:
         self._temperature = temperature
         self._repetition_penalty = repetition_penalty
         self._no_repeat_ngram_size = no_repeat_ngram_size
+
+    def _count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def prompt(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt text for the messages this model keeps, in its chat format."""

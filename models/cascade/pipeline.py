@@ -29,9 +29,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from models.base import PCM_RATE, ExecutorStats, FunctionCall, OutputChunk, Prompt, PromptItem
-from models.cascade.llm import LanguageModel
+from models.cascade.llm import Ct2LanguageModel, LanguageModel
 from models.cascade.remote_llm import RemoteLanguageModel
 from models.cascade.text import ChatMessage, chat_messages, spoken_end
+from models.context import PromptTokens, answer_tokens, count_prompt
 from models.remote_http import Replicas, open_clients, replicas_of
 from models.speculating import SpeculatingExecutor
 from models.speculative_responses import Declined
@@ -179,6 +180,23 @@ class CascadeExecutor(SpeculatingExecutor):
             async for chunk in chunks:
                 yield chunk
 
+    def context_limit(self, prompt: Prompt) -> int | None:
+        if isinstance(self.llm, RemoteLanguageModel):
+            context = self.llm.options.max_context_tokens
+        elif isinstance(self.llm, Ct2LanguageModel) and self.llm.context_length is not None:
+            context = self.llm.context_length
+        else:
+            return None  # a language model that does not say
+        return context - answer_tokens(prompt, self.max_output_tokens)
+
+    def prompt_tokens(self, prompt: Prompt) -> PromptTokens:
+        """Exact with the embedded model's tokenizer (user audio read as its
+        transcript, estimated while that is not known), else estimated."""
+        known = self.transcripts.known
+        if isinstance(self.llm, Ct2LanguageModel):
+            return count_prompt(prompt, self.llm.count_text, exact=True, transcripts=known)
+        return count_prompt(prompt, transcripts=known)
+
     async def _generate(self, prompt: Prompt) -> AsyncGenerator[OutputChunk, None]:
         stop = self._aborts.setdefault(prompt.request_id, threading.Event())
         self.stats.mark(prompt.request_id, "started")
@@ -189,7 +207,7 @@ class CascadeExecutor(SpeculatingExecutor):
             self._time_transcript(prompt)
             llm_timer = self._timer("llm", self._llm_where, prompt.request_id)
             llm_timer.begin()
-            limit = min(prompt.max_output_tokens or self.max_output_tokens, self.max_output_tokens)
+            limit = answer_tokens(prompt, self.max_output_tokens)
             splitter = CallSplitter()
             native: list[FunctionCall] = []  # a remote model's, assembled by its server
             if isinstance(self.llm, RemoteLanguageModel):

@@ -111,6 +111,37 @@ async def test_spoken_questions_get_spoken_answers(
     assert wer(spoken, recognized) <= 0.25, heard
 
 
+async def test_truncation_counts_in_the_embedded_models_own_tokens(
+    asr: WhisperRecognizer, llm: Ct2LanguageModel, tts: PiperSynthesizer
+) -> None:
+    """SmolLM2's 8192-token context, counted by its tokenizer: a text item over it
+    fails a response when truncation is disabled, and the model is not asked."""
+    assert llm.context_length == 8192
+    assert llm.count_text("Hello world") == 2
+    executor = CascadeExecutor(asr, llm, tts)
+    long_text = " ".join(["weather"] * 8200)  # one token a word, and the spaces with them
+    item = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": long_text}],
+    }
+    async with Harness(executor) as h:
+        session = {"output_modalities": ["text"], "truncation": "disabled"}
+        await h.send({"type": "session.update", "session": session})
+        await h.send({"type": "conversation.item.create", "item": item})
+        await h.send({"type": "response.create"})
+        await h.wait_until(lambda: done_count(h) == 1)
+    done = h.responses_done()[0]
+    assert done["status"] == "failed"
+    error = done["status_details"]["error"]
+    assert error["code"] == "context_length_exceeded"
+    # 8200 tokens and the message's frame, over 8192 less the 120 of the answer and
+    # the instructions' frame; exact: not said to be estimated.
+    assert "takes 8205 tokens after" in error["message"], error
+    assert "estimated" not in error["message"]
+    assert not executor.stats.marks  # the model was never started
+
+
 async def test_barge_in_stops_generation_and_synthesis(
     asr: WhisperRecognizer, tts: PiperSynthesizer
 ) -> None:

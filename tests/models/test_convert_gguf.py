@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from models.cascade.convert_gguf import convert
-from models.cascade.llm import Ct2LanguageModel
+from models.cascade.llm import Ct2LanguageModel, read_context_length
 from models.cascade.text import ChatMessage
 from tests.support.tiny_gguf import (
     GEMMA_TEMPLATE,
@@ -72,6 +72,17 @@ def test_a_qwen2_tokenizer_splits_as_qwen2s_own(tmp_path: Path) -> None:
     assert tokenizer.pre_tokenizer is not None
     pieces = [p for p, _ in tokenizer.pre_tokenizer.pre_tokenize_str("It's 123 ok")]
     assert pieces == ["It", "'s", "Ġ", "1", "2", "3", "Ġok"]
+
+
+def test_the_context_length_is_kept_beside_the_conversion(tmp_path: Path) -> None:
+    """What the session's truncation bounds the embedded model's prompt by; a
+    conversion made before it was kept reads it from the GGUF once."""
+    gguf = write_gguf(random_model("llama"), tmp_path / "tiny.gguf")
+    out = convert(gguf, tmp_path / "ct2", quantization="float32")
+    assert read_context_length(out, tmp_path / "absent.gguf") == 256  # not read again
+    (out / "context.json").unlink()
+    assert read_context_length(out, gguf) == 256
+    assert (out / "context.json").is_file()
 
 
 def test_the_cascade_runs_a_qwen2_gguf_whose_template_calls_tools(
