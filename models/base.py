@@ -33,6 +33,24 @@ class SpeechHint:
 
     language: str | None = None
     prompt: str | None = None
+    logprobs: bool = False  # the client's `include` asks for the tokens' log-probabilities
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token of a transcript and the log-probability the recognizer gave it."""
+
+    token: str
+    logprob: float
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A recognition: its text and, when asked for and the recognizer gives them, its
+    tokens' log-probabilities (their texts concatenated are the text, spaces and all)."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +233,16 @@ class Executor(ABC):
     async def transcribe(self, item: PromptItem) -> str | None:
         """The text of a user audio item for the client's input transcription
         events, or None when this executor cannot transcribe."""
+        return None
+
+    async def transcribe_partial(self, item: PromptItem) -> Heard | None:
+        """The text of a turn still being spoken, for partial transcripts: recognized
+        only when the recognizer is idle (None: busy, or this executor cannot)."""
+        return None
+
+    def transcript_logprobs(self, item_id: str) -> tuple[TokenLogprob, ...] | None:
+        """The token log-probabilities of `transcribe`'s text of `item_id`, when its
+        hint asked for them and the recognizer gives them."""
         return None
 
     def remote_stages(self) -> list[Replicas]:

@@ -9,7 +9,7 @@ import pytest
 import soxr
 
 from bench.speech import FIXTURES, load_wav
-from models.base import PCM_RATE, SpeechHint
+from models.base import PCM_RATE, Heard, SpeechHint
 from models.speech.asr import MAX_PROMPT_TOKENS, TURN_WINDOW_S, WhisperRecognizer, runs_away
 from models.speech.whisper_files import WHISPER_RATE
 from models.speech.whisper_window import MAX_WINDOW_S, window_s
@@ -78,14 +78,15 @@ def test_a_runaway_transcript_is_heard_again_in_the_whole_window(
     asr: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pcm = load_wav("weather")
-    monkeypatch.setattr(asr, "_in_one_window", lambda audio, prompt: "the the the " * 30)
+    loop = Heard("the the the " * 30)
+    monkeypatch.setattr(asr, "_in_one_window", lambda audio, prompt, scored: loop)
     assert asr.transcribe(pcm, PCM_RATE) == whole_window(asr, pcm)
 
 
 def test_audio_longer_than_a_window_goes_through_transcribe(
     asr: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def never(audio: np.ndarray, prompt: list[int]) -> str:
+    def never(audio: np.ndarray, prompt: list[int], scored: bool) -> Heard:
         raise AssertionError("one window cannot hold it")
 
     monkeypatch.setattr(asr, "_in_one_window", never)
