@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.recognizing import RecognizingExecutor
 from bench.speech import silence
 from bench.turns.synth import speak
 from models.speech.asr import WhisperRecognizer
 from tests.support.espeak import require_espeak
 from tests.support.harness import Harness
-from tests.support.recognizing import RecognizingExecutor
 
 SENTENCE = "please turn off the lights in the kitchen and set a timer for ten minutes"
 STEP = 2400  # 100 ms appends
