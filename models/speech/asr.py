@@ -171,7 +171,9 @@ class WhisperRecognizer:
         seconds = window_s(len(audio), TURN_WINDOW_S)
         mel = mel_window(features, audio, seconds, features.hop_length)
         model = self._model.model
-        encoded = model.encode(self._storage(np.ascontiguousarray(mel[None])), to_cpu=False)
+        features_in = self._storage(np.ascontiguousarray(mel[None]))
+        # Encoded once for both calls when scored; otherwise `generate` encodes.
+        encoded = model.encode(features_in, to_cpu=False) if scored else features_in
         result = model.generate(
             encoded,
             [prompt],
