@@ -94,7 +94,7 @@ class InputTranscription:
 
     def _delta(self, item_id: str, words: tuple[Word, ...], *, first: bool, logprobs: bool) -> str:
         text = delta_text(words, first=first)
-        extra = {"logprobs": _wire(delta_logprobs(words))} if logprobs else {}
+        extra = {"logprobs": wire_logprobs(delta_logprobs(words))} if logprobs else {}
         self._emit.control(
             ConversationItemInputAudioTranscriptionDeltaEvent,
             item_id=item_id,
@@ -147,7 +147,7 @@ class InputTranscription:
             transcript = m.text.text  # nothing but whitespace: as recognized
             self._delta(m.item_id, (), first=True, logprobs=logprobs)
         item.transcript = transcript
-        extra = {"logprobs": _wire(delta_logprobs((*sent, *rest)))} if logprobs else {}
+        extra = {"logprobs": wire_logprobs(delta_logprobs((*sent, *rest)))} if logprobs else {}
         self._emit.control(
             ConversationItemInputAudioTranscriptionCompletedEvent,
             item_id=m.item_id,
@@ -158,7 +158,7 @@ class InputTranscription:
         )
 
 
-def _wire(tokens: list[TokenLogprob]) -> list[dict[str, object]]:
+def wire_logprobs(tokens: list[TokenLogprob]) -> list[dict[str, object]]:
     """Token log-probabilities in the SDK's shape (`LogProbProperties`)."""
     return [
         {"token": t.token, "logprob": t.logprob, "bytes": list(t.token.encode())} for t in tokens

@@ -11,12 +11,16 @@ from engine.partials import (
     TurnPartials,
     Word,
     agree,
+    delta_logprobs,
     delta_text,
     partial_due,
     remainder,
     words_of,
 )
+from engine.protocol.beta import to_beta
+from engine.transcription import wire_logprobs
 from models.base import Heard, TokenLogprob
+from tests.support.sdk_check import assert_beta_event, assert_sdk_event
 
 
 def w(text: str) -> tuple[Word, ...]:
@@ -109,3 +113,27 @@ def test_a_partial_is_due_after_each_half_second_of_new_speech_and_one_at_a_time
     assert not partial_due(900, 500, running=False, every_ms=500)
     assert not partial_due(2000, 500, running=True, every_ms=500)
     assert not partial_due(2000, 0, running=False, every_ms=0)  # turned off
+
+
+def test_logprobs_take_the_sdks_shape_ga_and_beta() -> None:
+    spelled = (TokenLogprob("Caf", -0.2), TokenLogprob("é", -0.5), TokenLogprob(" time", -0.01))
+    tokens = wire_logprobs(delta_logprobs(words_of(Heard("Café time", spelled))))
+    assert tokens[1] == {"token": "é", "logprob": -0.5, "bytes": [0xC3, 0xA9]}
+    usage = {"type": "duration", "seconds": 1.0}
+    for kind, text in (
+        ("delta", {"delta": "Café time"}),
+        ("completed", {"transcript": "Café time", "usage": usage}),
+    ):
+        event = {
+            "type": f"conversation.item.input_audio_transcription.{kind}",
+            "event_id": "event_1",
+            "item_id": "item_1",
+            "content_index": 0,
+            "logprobs": tokens,
+            **text,
+        }
+        ga = assert_sdk_event(event)
+        assert [t.token for t in ga.logprobs] == ["Caf", "é", " time"]
+        beta = to_beta(event)
+        assert beta is not None
+        assert_beta_event(beta)
