@@ -47,13 +47,18 @@ def words_of(heard: Heard) -> tuple[Word, ...]:
     if heard.logprobs:
         grouped: list[list[TokenLogprob]] = []
         for token in heard.logprobs:
-            if not grouped or token.token.startswith(" "):
+            if not grouped or _spelled(token).startswith(b" "):
                 grouped.append([])
             grouped[-1].append(token)
         spelled = ["".join(t.token for t in group).strip() for group in grouped]
         if spelled == plain:
             return tuple(Word(w, tuple(g)) for w, g in zip(plain, grouped, strict=True))
     return tuple(Word(w) for w in plain)
+
+
+def _spelled(token: TokenLogprob) -> bytes:
+    """A token's own bytes: a space first starts a word."""
+    return token.raw if token.raw is not None else token.token.encode()
 
 
 def _key(word: Word) -> str:

@@ -161,5 +161,10 @@ class InputTranscription:
 def wire_logprobs(tokens: list[TokenLogprob]) -> list[dict[str, object]]:
     """Token log-probabilities in the SDK's shape (`LogProbProperties`)."""
     return [
-        {"token": t.token, "logprob": t.logprob, "bytes": list(t.token.encode())} for t in tokens
+        {
+            "token": t.token,
+            "logprob": t.logprob,
+            "bytes": list(t.raw if t.raw is not None else t.token.encode()),
+        }
+        for t in tokens
     ]

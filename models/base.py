@@ -40,8 +40,9 @@ class SpeechHint:
 class TokenLogprob:
     """One token of a transcript and the log-probability the recognizer gave it."""
 
-    token: str
+    token: str  # its text; "" for a token holding only part of a character
     logprob: float
+    raw: bytes | None = None  # the token's own bytes, when they are not its text's
 
 
 @dataclass(frozen=True)

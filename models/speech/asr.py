@@ -42,6 +42,23 @@ MAX_PROMPT_TOKENS = 64
 LOOP_COMPRESSION = 2.4
 
 
+def _byte_symbols() -> dict[str, int]:
+    """Byte-level BPE's symbol for each byte (GPT-2's table), reversed: a token's
+    symbols back to its bytes."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in kept:
+            symbols[chr(b)] = b
+        else:
+            symbols[chr(256 + extra)] = b
+            extra += 1
+    return symbols
+
+
+_BYTES = _byte_symbols()
+
+
 def runs_away(text: str) -> bool:
     """Whether a transcript repeats itself as a runaway decode does."""
     raw = text.encode()
@@ -189,15 +206,26 @@ class WhisperRecognizer:
             return Heard(text, ())
         aligned = model.align(encoded, tokenizer.sot_sequence, [tokens], [mel.shape[-1] // 2])
         probs = aligned[0].text_token_probs
-        pieces = [str(tokenizer.decode([t])) for t in tokens]
-        pieces[0] = pieces[0].lstrip()  # the text is stripped; its first token too
-        return Heard(
-            text,
-            tuple(
-                TokenLogprob(piece, math.log(max(p, 1e-12)))
-                for piece, p in zip(pieces, probs, strict=True)
-            ),
-        )
+        return Heard(text, self._scored_tokens(tokens, probs))
+
+    def _scored_tokens(self, tokens: list[int], probs: list[float]) -> tuple[TokenLogprob, ...]:
+        """Each token's text (what it adds to the decoded text, so the texts add up to
+        the transcript even where a character spans tokens), its bytes and log-prob."""
+        out: list[TokenLogprob] = []
+        before = ""
+        for i, (token, p) in enumerate(zip(tokens, probs, strict=True)):
+            upto = str(self._tokenizer.decode(tokens[: i + 1]))
+            piece = upto[len(before) :] if upto.startswith(before) else upto
+            if "\ufffd" in piece:
+                piece = ""  # part of a character: its text comes with the token ending it
+            else:
+                before = upto
+            raw = bytes(_BYTES[c] for c in self._model.hf_tokenizer.id_to_token(token))
+            if not "".join(t.token for t in out):
+                piece, raw = piece.lstrip(), raw.lstrip()  # the transcript is stripped
+            keep = None if raw == piece.encode() else raw
+            out.append(TokenLogprob(piece, math.log(max(p, 1e-12)), keep))
+        return tuple(out)
 
     def describe(self) -> ModelInfo:
         source = {
