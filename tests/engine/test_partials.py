@@ -8,6 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.partials import (
+    PARTIAL_EVERY_MS,
+    PartialHeard,
+    Partials,
     TurnPartials,
     Word,
     agree,
@@ -20,6 +23,7 @@ from engine.partials import (
 from engine.protocol.beta import to_beta
 from engine.transcription import wire_logprobs
 from models.base import Heard, TokenLogprob
+from models.scripted import ScriptedExecutor
 from tests.support.sdk_check import assert_beta_event, assert_sdk_event
 
 
@@ -137,3 +141,16 @@ def test_logprobs_take_the_sdks_shape_ga_and_beta() -> None:
         beta = to_beta(event)
         assert beta is not None
         assert_beta_event(beta)
+
+
+def test_a_recognition_of_a_turn_committed_or_replaced_meanwhile_is_ignored() -> None:
+    partials = Partials(ScriptedExecutor(), lambda message: None, PARTIAL_EVERY_MS)
+    partials.announced("item_1")
+    assert partials.heard(PartialHeard("item_1", Heard("set a"), 500)) == ()
+    assert texts(partials.heard(PartialHeard("item_1", Heard("set a timer"), 1000))) == "set a"
+    assert partials.heard(PartialHeard("item_0", Heard("set a timer for"), 1000)) == ()
+    assert partials.heard(PartialHeard("item_1", None, 1500)) == ()  # the recognizer was busy
+    assert texts(partials.take("item_1")) == "set a"
+    assert partials.heard(PartialHeard("item_1", Heard("set a timer for"), 2000)) == ()
+    partials.announced("item_2")
+    assert partials.take("item_1") == ()  # another turn's words are not this one's
