@@ -119,6 +119,7 @@ class Run:
     cpu_s: float
     partials: int
     transcript: str
+    turns: int
 
 
 async def stream(clip: Clip, recognizer: SpeechRecognizer, every_ms: int) -> Run:
@@ -132,13 +133,19 @@ async def stream(clip: Clip, recognizer: SpeechRecognizer, every_ms: int) -> Run
     )
     loop = asyncio.get_running_loop()
     seen: list[tuple[float, dict[str, Any]]] = []
-    completed = asyncio.Event()
+    arrived = asyncio.Condition()
 
     async def collect() -> None:
         while (event := await session.outbox.get()) is not None:
-            seen.append((loop.time(), json.loads(event.text)))
-            if seen[-1][1]["type"] == COMPLETED:
-                completed.set()
+            async with arrived:
+                seen.append((loop.time(), json.loads(event.text)))
+                arrived.notify_all()
+
+    def count(kind: str) -> int:
+        return sum(1 for _, e in seen if e["type"] == kind)
+
+    def transcribed() -> bool:  # every turn committed so far has its transcript
+        return count(COMPLETED) >= count("input_audio_buffer.committed") > 0
 
     async def send(event: dict[str, Any]) -> None:
         await session.submit(parse_client_event(json.dumps(event), 1 << 24))
@@ -155,7 +162,8 @@ async def stream(clip: Clip, recognizer: SpeechRecognizer, every_ms: int) -> Run
         chunk = clip.pcm[i : i + step]
         audio = base64.b64encode(chunk.astype("<i2").tobytes()).decode()
         await send({"type": "input_audio_buffer.append", "audio": audio})
-    await asyncio.wait_for(completed.wait(), 60)
+    async with arrived:
+        await asyncio.wait_for(arrived.wait_for(transcribed), 60)
     cpu = time.process_time() - cpu
     session.close()
     await asyncio.wait(tasks, timeout=5)
@@ -167,20 +175,24 @@ async def stream(clip: Clip, recognizer: SpeechRecognizer, every_ms: int) -> Run
         else len(types)
     )
     deltas = [(i, at, e) for i, (at, e) in enumerate(seen) if e["type"] == DELTA]
-    done = [e for _, e in seen if e["type"] == COMPLETED]
-    transcript = done[0]["transcript"] if done else ""
-    item_id = done[0]["item_id"] if done else ""
+    done = [e for _, e in seen if e["type"] == COMPLETED]  # a pause may cut two turns
     onset = t0 + clip.onset_ms / 1000
     first = next(((at - onset) * 1000 for _, at, e in deltas if e["delta"].strip()), None)
+    known = executor.transcripts.known
     return Run(
         first_delta_ms=first,
         deltas_before_stop=sum(1 for i, _, _ in deltas if i < stop),
         deltas=len(deltas),
-        adds_up="".join(e["delta"] for _, _, e in deltas) == transcript,
-        as_final=executor.transcripts.known.get(item_id) == transcript,
+        adds_up=all(
+            "".join(x["delta"] for _, _, x in deltas if x["item_id"] == e["item_id"])
+            == e["transcript"]
+            for e in done
+        ),
+        as_final=all(known.get(e["item_id"]) == e["transcript"] for e in done),
         cpu_s=cpu,
         partials=executor.transcripts.speculation.partials,
-        transcript=transcript,
+        transcript=" / ".join(e["transcript"] for e in done),
+        turns=len(done),
     )
 
 
@@ -204,6 +216,7 @@ async def measure(
                 "first_partial_ms": None if on.first_delta_ms is None else round(on.first_delta_ms),
                 "deltas_before_speech_stopped": on.deltas_before_stop,
                 "deltas": on.deltas,
+                "turns": on.turns,
                 "partial_recognitions": on.partials,
                 "adds_up": on.adds_up,
                 "completed_is_final_recognition": on.as_final,
@@ -228,6 +241,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "first_partial_ms_p90": percentile(firsts, 90),
         "clips_with_partials_before_speech_stopped": len(before),
         "all_add_up": all(r["adds_up"] for r in rows),
+        "clips_completed_as_final_recognition": sum(
+            1 for r in rows if r["completed_is_final_recognition"]
+        ),
         "partial_cpu_s_per_speech_s": round((with_ - without) / speech, 3),
         "partial_recognitions_per_speech_s": round(
             sum(r["partial_recognitions"] for r in rows) / speech, 2
@@ -254,13 +270,14 @@ def main(argv: list[str] | None = None) -> None:
     total = summary(rows)
     print(f"partial transcripts every {args.every_ms} ms of speech, one session, real time")
     print_table(
-        "clip | kind | speech s | first partial ms | deltas before stop | recognitions"
-        " | adds up | partial CPU s per speech s",
+        "clip | kind | speech s | turns | first partial ms | deltas before stop"
+        " | recognitions | adds up | partial CPU s per speech s",
         (
             [
                 r["clip"],
                 r["kind"],
                 r["speech_s"],
+                r["turns"],
                 r["first_partial_ms"],
                 r["deltas_before_speech_stopped"],
                 r["partial_recognitions"],
