@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -111,8 +112,15 @@ class CallRefused(Exception):
 
 
 @contextlib.asynccontextmanager
-async def call(base_url: str, *, key: str = "x", model: str | None = None) -> AsyncIterator[Call]:
-    """A call to the Parley at `base_url`, hung up (peer connection closed) at the end."""
+async def call(
+    base_url: str,
+    *,
+    key: str = "x",
+    model: str | None = None,
+    session: dict[str, Any] | None = None,
+) -> AsyncIterator[Call]:
+    """A call to the Parley at `base_url`, hung up (peer connection closed) at the end;
+    with `session`, the offer is OpenAI's multipart form of `sdp` and `session`."""
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     mic = Microphone()
     pc.addTrack(mic)
@@ -131,11 +139,14 @@ async def call(base_url: str, *, key: str = "x", model: str | None = None) -> As
         sdp = await offer_sdp(pc)
         path = "/v1/realtime/calls" + (f"?model={model}" if model else "")
         async with httpx.AsyncClient(base_url=base_url) as http:
-            answer = await http.post(
-                path,
-                content=sdp,
-                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/sdp"},
-            )
+            auth = {"Authorization": f"Bearer {key}"}
+            if session is None:
+                answer = await http.post(
+                    path, content=sdp, headers={**auth, "Content-Type": "application/sdp"}
+                )
+            else:
+                form = {"sdp": (None, sdp), "session": (None, json.dumps(session))}
+                answer = await http.post(path, files=form, headers=auth)
         if answer.status_code != 201:
             raise CallRefused(answer.status_code, answer.text)
         call_id = answer.headers["location"].rsplit("/", 1)[-1]

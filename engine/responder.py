@@ -149,6 +149,8 @@ class Responder:
         return ids
 
     def request(self, request: ResponseRequest) -> None:
+        if self._config().type == "transcription":
+            return  # turn detection's own requests: a transcription session never answers
         if request.out_of_band:
             limit = self._limits.max_out_of_band_responses
             if len(self._oob) >= limit:

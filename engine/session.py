@@ -67,6 +67,7 @@ from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackReport, TrackAudi
 from engine.postponed_speech import PostponedSpeech, protects
 from engine.prepare_chain import PrepareChain, PrepareChainBroken
 from engine.prompts import PromptLibrary
+from engine.protocol.events import ValidatedEvent
 from engine.responder import Responder, ResponseEnded
 from engine.response import (
     ResponseFinished,
@@ -75,13 +76,15 @@ from engine.response import (
     speculative_prompt,
 )
 from engine.session_config import (
-    SessionConfig,
     apply_update,
+    new_config,
     to_wire,
     unhonoured,
 )
 from engine.tracing import trace_label
 from engine.transcription import InputTranscription, TranscriptionFinished
+from engine.transcription_session import SessionType, opened_type
+from engine.transcription_session import refusal as transcription_refusal
 from engine.turn_detection import AnswerEarly, TurnDetection
 from engine.turns import (
     PauseCandidate,
@@ -111,6 +114,7 @@ class Session:
         clock: Callable[[], float] = time.monotonic,
         mcp_client: McpClient | None = None,
         prompts: PromptLibrary | None = None,
+        intent: SessionType | None = None,  # `?intent=transcription` when it opened
     ) -> None:
         self.limits = limits or EngineLimits()
         self.prompts = prompts  # the operator's, for `session.prompt`
@@ -120,10 +124,11 @@ class Session:
         self.session_id = self.ids.new("sess")
         # `preset`: a configuration fixed before the client connected (an ephemeral
         # key's session); validated when it was made, so it applies cleanly here.
-        config = SessionConfig(model=model)
+        presets = preset if isinstance(preset, tuple) else (preset,) if preset else ()
+        config = new_config(model, opened_type(executor, presets, intent))
         mcp_client = mcp_client or NoMcp()
         # A WebRTC call may bring its own on top of its key's, applied in that order.
-        for each in preset if isinstance(preset, tuple) else (preset,) if preset else ():
+        for each in presets:
             config = apply_update(config, each, audio_started=False, prompts=prompts)
             if (refused := tools_refusal(each.tools, mcp_client.policy)) is not None:
                 raise refused  # a key's was checked when made; a call's own part is new
@@ -324,6 +329,9 @@ class Session:
             self.mailbox.taken(message)
 
     async def _handle(self, m: Message) -> None:
+        if self.config.type == "transcription" and isinstance(m, ValidatedEvent):
+            if (refused := transcription_refusal(m)) is not None:
+                raise refused  # no responses, no conversation to edit
         match m:
             case protocol.InputAudioBufferAppend():
                 await self._on_append(m)
@@ -639,8 +647,8 @@ class Session:
     # --- speculative work during a pause (engine/speculation.py) -------------------------
 
     def _turn_so_far(self) -> PromptItem | None:
-        if self._speech is None:
-            return None
+        if self._speech is None or self.config.type == "transcription":
+            return None  # (a transcription session has no answer to begin early)
         item_id, start = self._speech
         audio = self.buffer.copy(start, self.buffer.end)
         return PromptItem(item_id, "user", audio=audio, hint=self.config.speech_hint)
@@ -725,13 +733,14 @@ class Session:
         turn = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE, hint=self.config.speech_hint)
         self.turns.speculation.committed(item_id)
         # Closing a committed turn makes this preparation response-bound: no response
-        # may start before the model has the turn.
-        self.prepares.submit(
-            lambda: self.executor.prepare(turn),
-            epoch=self.responder.epoch,
-            response_bound=True,
-            label=item_id,
-        )
+        # may start before the model has the turn (a transcription session has none).
+        if self.config.type == "realtime":
+            self.prepares.submit(
+                lambda: self.executor.prepare(turn),
+                epoch=self.responder.epoch,
+                response_bound=True,
+                label=item_id,
+            )
         if self.config.input_transcription is not None:
             self.transcription.start(turn)
         self._bound_history()

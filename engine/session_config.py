@@ -31,6 +31,7 @@ from engine.protocol import (
 )
 from engine.semantic_turns import SemanticVadParams
 from engine.tracing import TraceNames, Tracing
+from engine.transcription_session import SessionType, check_patch
 from engine.turns import ServerVadParams
 from models.base import SpeechHint, Tool
 
@@ -69,6 +70,9 @@ Truncation = Literal["auto", "disabled"] | RetentionRatio
 @dataclass(frozen=True)
 class SessionConfig:
     model: str
+    # Fixed when the session opens (engine/transcription_session.py): a transcription
+    # session has no responses and is echoed in its own shape.
+    type: SessionType = "realtime"
     instructions: str = ""
     output_modalities: tuple[Modality, ...] = ("audio",)
     voice: str = "alloy"
@@ -122,6 +126,7 @@ def apply_update(
     def fail(code: str, message: str, param: str) -> ProtocolError:
         return ProtocolError(code, message, param, event_id)
 
+    check_patch(patch, config.type, event_id)
     sent = patch.model_fields_set
     changes: dict[str, Any] = {}
     if "model" in sent and patch.model not in (None, config.model):
@@ -376,8 +381,16 @@ def _format(fmt: AudioFormatIn | None, param: str, event_id: str | None) -> Audi
         raise ProtocolError("unsupported_audio_format", str(exc), param, event_id) from None
 
 
-def to_wire(config: SessionConfig) -> dict[str, Any]:
-    """The full effective configuration, shaped as the GA `session` object."""
+def new_config(model: str, kind: SessionType = "realtime") -> SessionConfig:
+    """A session's configuration before any update: a transcription session
+    transcribes every turn unless told not to (that is what it is for)."""
+    if kind == "transcription":
+        return SessionConfig(model=model, type=kind, input_transcription=InputTranscription())
+    return SessionConfig(model=model)
+
+
+def _audio_input_wire(config: SessionConfig) -> dict[str, Any]:
+    """`audio.input`, the same in both session shapes."""
     vad = config.turn_detection
     turn_detection: dict[str, Any] | None = None
     if isinstance(vad, SemanticVadParams):
@@ -405,6 +418,26 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
             transcription["language"] = t.language
         if t.prompt:
             transcription["prompt"] = t.prompt
+    return {
+        "format": config.input_format.to_wire(),
+        "turn_detection": turn_detection,
+        "transcription": transcription,
+        "noise_reduction": None
+        if config.noise_reduction is None
+        else {"type": config.noise_reduction},
+    }
+
+
+def to_wire(config: SessionConfig) -> dict[str, Any]:
+    """The full effective configuration, shaped as the GA `session` object (the
+    SDK's RealtimeTranscriptionSessionCreateRequest for a transcription session)."""
+    include = None if config.include is None else list(config.include)
+    if config.type == "transcription":
+        return {
+            "type": "transcription",
+            "audio": {"input": _audio_input_wire(config)},
+            "include": include,
+        }
     optional: dict[str, Any] = {}
     if config.reasoning_effort is not None:
         optional["reasoning"] = {"effort": config.reasoning_effort}
@@ -428,14 +461,7 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
         + [_mcp_wire(s) for s in config.mcp],
         "tool_choice": _tool_choice_wire(config.tool_choice),
         "audio": {
-            "input": {
-                "format": config.input_format.to_wire(),
-                "turn_detection": turn_detection,
-                "transcription": transcription,
-                "noise_reduction": None
-                if config.noise_reduction is None
-                else {"type": config.noise_reduction},
-            },
+            "input": _audio_input_wire(config),
             "output": {
                 "format": config.output_format.to_wire(),
                 "voice": {"id": config.voice} if config.voice_as_id else config.voice,
@@ -443,7 +469,7 @@ def to_wire(config: SessionConfig) -> dict[str, Any]:
         },
         "prompt": None if config.prompt is None else config.prompt.wire(),
         "tracing": _tracing_wire(config.tracing),
-        "include": None if config.include is None else list(config.include),
+        "include": include,
         "truncation": _truncation_wire(config.truncation),
         **optional,
     }

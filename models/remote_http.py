@@ -11,6 +11,8 @@
   only while nothing of its answer has been received (refused, timed out, 5xx,
   429, a stream that died empty).
 - The check at start that every replica answers `GET /v1/models`.
+- How each replica last answered a request or a probe (`Replicas.health`, `probe`),
+  for /healthz and /metrics; the clients made at start (`open_clients`).
 
 The URLs come from the operator's settings only, never from a client.
 """

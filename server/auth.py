@@ -35,7 +35,8 @@ from engine.protocol import (
     normalize_session,
     validation_error,
 )
-from engine.session_config import SessionConfig, apply_update, to_wire
+from engine.session_config import apply_update, new_config, to_wire
+from engine.transcription_session import session_type
 from server.ephemeral_keys import (
     EPHEMERAL_PREFIX,
     EphemeralKey,
@@ -299,7 +300,8 @@ def create_client_secret(
     # The key fixes the model too: the session it opens uses this one whatever the
     # client puts in `?model=`, so the preset always applies cleanly.
     model = preset.model if preset and preset.model else default_model
-    config = SessionConfig(model=model)
+    kind = session_type([preset] if preset else [])
+    config = new_config(model, kind)
     if preset is not None:
         try:
             config = apply_update(config, preset, audio_started=False, prompts=prompts)
@@ -315,8 +317,15 @@ def create_client_secret(
         build(SessionCreatedEvent, "event_check", session=wire).model_dump_json()
     except (ValueError, RecursionError):
         raise _unwritable() from None
-    value, expires_at = keys.issue(model, preset, ttl)
-    session = {"id": "sess_" + secrets.token_hex(12), "object": "realtime.session"}
+    # The key is bound to its session's type: the preset names it, so a connection
+    # asking for the other type (?intent=, a call's session) is refused.
+    typed = (preset or SessionIn()).model_copy(update={"type": kind})
+    value, expires_at = keys.issue(model, typed, ttl)
+    # The SDK's RealtimeSessionCreateResponse or RealtimeTranscriptionSessionCreateResponse.
+    kind_object = (
+        "realtime.transcription_session" if kind == "transcription" else "realtime.session"
+    )
+    session = {"id": "sess_" + secrets.token_hex(12), "object": kind_object}
     body = {"value": value, "expires_at": expires_at, "session": session | wire}
     try:
         return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()

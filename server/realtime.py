@@ -34,6 +34,7 @@ from engine.protocol import (
     wants_beta,
 )
 from engine.session import Session
+from engine.transcription_session import intent_of
 from server.auth import ApiError, KeyStore, bad_request, presented_key
 from server.call_forward import CallForwarder
 from server.logs import session_var
@@ -100,7 +101,11 @@ class RealtimeEndpoint:
         self.forwarder = forwarder  # None: a single server
 
     async def handle(
-        self, ws: WebSocket, model: str | None = None, call_id: str | None = None
+        self,
+        ws: WebSocket,
+        model: str | None = None,
+        call_id: str | None = None,
+        intent: str | None = None,
     ) -> None:
         hub = self.hub
         try:  # a web page the operator did not allow: before anything else
@@ -142,10 +147,13 @@ class RealtimeEndpoint:
         # can abort it.
         seat = hub.admit(functools.partial(abort_connection, ws))
         try:
-            try:  # a key's preset the server now refuses (its MCP policy tightened)
+            # A key's preset the server now refuses (its MCP policy tightened), a
+            # transcription session this server cannot serve or its key does not allow
+            try:
                 seat.session = session = hub.new_session(
                     ephemeral.model if ephemeral else model or hub.settings.model,
                     ephemeral.preset if ephemeral else None,
+                    intent_of(intent),
                 )
             except ProtocolError as exc:
                 await _deny(ws, bad_request(exc))

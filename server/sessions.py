@@ -40,6 +40,7 @@ from engine.protocol import (
     parse_client_event,
 )
 from engine.session import Session
+from engine.transcription_session import SessionType
 from engine.vad import VadBackend
 from models.base import Executor
 from server.auth import ApiError
@@ -179,7 +180,10 @@ class SessionHub:
             self.observer.connection_closed(session_id, code)
 
     def new_session(
-        self, model: str, preset: SessionIn | tuple[SessionIn, ...] | None = None
+        self,
+        model: str,
+        preset: SessionIn | tuple[SessionIn, ...] | None = None,
+        intent: SessionType | None = None,
     ) -> Session:
         return Session(
             self.executor,
@@ -201,6 +205,7 @@ class SessionHub:
             hearing=self.hearing,
             mcp_client=self.mcp_client,
             prompts=self.prompts,
+            intent=intent,
         )
 
     # --- serving ------------------------------------------------------------------------

@@ -324,7 +324,7 @@ class SessionIn(_Loose):
     the client put it, for errors. (The field order decides which of several bad
     fields pydantic names first, so it stays as it is.)"""
 
-    type: Literal["realtime"] | None = None
+    type: Literal["realtime", "transcription"] | None = None
     model: str | None = None
     instructions: str | None = None
     output_modalities: list[Literal["text", "audio"]] | None = None
@@ -345,6 +345,7 @@ class SessionIn(_Loose):
     output_audio_format: str | None = None
     turn_detection: TurnDetectionIn | None = None
     input_audio_transcription: TranscriptionIn | None = None
+    input_audio_noise_reduction: NoiseReductionIn | None = None
     tools: list[ToolIn] | None = None
     tool_choice: ToolChoiceIn | None = None
     max_response_output_tokens: MaxTokens | None = None

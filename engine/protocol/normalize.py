@@ -3,7 +3,8 @@
 Every client may use them (the beta SDK does; so do clients written against it):
 
 - session: flat `modalities`, `voice`, `input_audio_format`/`output_audio_format`
-  ("pcm16", "g711_ulaw", "g711_alaw"), `turn_detection`, `input_audio_transcription`
+  ("pcm16", "g711_ulaw", "g711_alaw"), `turn_detection`, `input_audio_transcription`,
+  `input_audio_noise_reduction`
   and `max_response_output_tokens`; the GA nested field wins where both are sent;
 - response: `modalities` and `max_response_output_tokens`, where GA's are empty;
 - modalities ["text", "audio"]: beta's audio with its transcript, GA's ["audio"];
@@ -52,6 +53,7 @@ _BETA_SESSION_FIELDS = (
     "output_audio_format",
     "turn_detection",
     "input_audio_transcription",
+    "input_audio_noise_reduction",
     "max_response_output_tokens",
 )
 
@@ -131,6 +133,7 @@ def normalize_session(session: SessionIn) -> SessionIn:
     for field, beta in (
         ("turn_detection", "turn_detection"),
         ("transcription", "input_audio_transcription"),
+        ("noise_reduction", "input_audio_noise_reduction"),
     ):
         # GA's nested field wins when it is sent, also as null (which turns it off).
         if beta in sent and (audio_in is None or field not in audio_in.model_fields_set):

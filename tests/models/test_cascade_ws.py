@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from openai import AsyncOpenAI
 
 from models.speech.asr import WhisperRecognizer
 from tests.support.audio import sdk_append_chunked, utterance
@@ -67,4 +68,31 @@ async def test_spoken_conversation_over_websocket(serve: ServerFactory, cache: P
         e["transcript"] for e in events.of("conversation.item.input_audio_transcription.completed")
     ]
     assert wer(" ".join(QUESTIONS[n] for n in asked), " ".join(heard)) <= 0.25, heard
+    assert not events.of("error")
+
+
+async def test_a_transcription_session_hears_the_spoken_words(
+    serve: ServerFactory, cache: Path
+) -> None:
+    """A transcription session on the embedded recognizer: each spoken turn is
+    committed by server_vad and its transcript is what was said; nothing answers."""
+    server = await serve(executor="cascade")
+    client = AsyncOpenAI(base_url=f"{server.http_url}/v1", api_key="x")
+    asked = ["weather", "timer"]
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        events = Events(conn.recv_bytes)
+        created = await events.until("session.created")
+        assert created["session"]["type"] == "transcription"
+        for name in asked:
+            await sdk_append_chunked(conn, utterance(name), 100)
+            await events.until("conversation.item.input_audio_transcription.completed")
+    heard = [
+        e["transcript"] for e in events.of("conversation.item.input_audio_transcription.completed")
+    ]
+    committed = [e["item_id"] for e in events.of("input_audio_buffer.committed")]
+    assert committed == [
+        e["item_id"] for e in events.of("conversation.item.input_audio_transcription.completed")
+    ]
+    assert wer(" ".join(QUESTIONS[n] for n in asked), " ".join(heard)) <= 0.25, heard
+    assert not [t for t in events.types() if t.startswith("response.")]
     assert not events.of("error")

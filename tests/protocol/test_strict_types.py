@@ -289,7 +289,7 @@ PARLEY_ONLY = re.compile(
 )
 BETA_ONLY = re.compile(
     r"session\.(modalities|voice|input_audio_format|output_audio_format|turn_detection"
-    r"|input_audio_transcription|max_response_output_tokens)\b|\.max_response_output_tokens$"
+    r"|input_audio_transcription|input_audio_noise_reduction|max_response_output_tokens)\b|\.max_response_output_tokens$"
     r"|response\.modalities$"
 )
 

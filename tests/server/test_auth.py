@@ -213,7 +213,7 @@ async def test_ephemeral_key_cannot_mint_and_is_not_used_up_trying(
             "invalid_value",
             "session.audio.input.turn_detection.eagerness",
         ),
-        ({"session": {"type": "transcription"}}, "invalid_value", "session.type"),
+        ({"session": {"type": "translation"}}, "invalid_value", "session.type"),
         (
             {"expires_after": {"anchor": "created_at", "seconds": 5}},
             "invalid_value",

@@ -23,6 +23,7 @@ from engine.observer import Observer
 from engine.prompts import PromptLibrary
 from engine.protocol import ProtocolError, parse_client_event
 from engine.session import Session
+from engine.transcription_session import SessionType
 from engine.vad import VadBackend
 from models.base import Executor
 from models.listening.vad import WebRtcVadBackend
@@ -44,6 +45,7 @@ class Harness:
         clock: Callable[[], float] | None = None,
         mcp_client: McpClient | None = None,
         prompts: PromptLibrary | None = None,
+        intent: SessionType | None = None,
     ) -> None:
         self.executor = executor if executor is not None else ScriptedExecutor()
         self.session = Session(
@@ -56,6 +58,7 @@ class Harness:
             hearing=hearing,
             mcp_client=mcp_client,
             prompts=prompts,
+            intent=intent,
             **({} if clock is None else {"clock": clock}),
         )
         self.events: list[dict[str, Any]] = []

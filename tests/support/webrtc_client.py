@@ -61,6 +61,8 @@ class RtcCall:
 
 
 @contextlib.asynccontextmanager
-async def rtc_call(server: RunningServer, *, key: str = "x") -> AsyncIterator[RtcCall]:
-    async with call(server.http_url, key=key) as made:
+async def rtc_call(
+    server: RunningServer, *, key: str = "x", session: dict[str, Any] | None = None
+) -> AsyncIterator[RtcCall]:
+    async with call(server.http_url, key=key, session=session) as made:
         yield RtcCall(made, Events(made.inbox.get))
