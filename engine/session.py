@@ -431,7 +431,7 @@ class Session:
         if self.turns.after_frames(self._turn_so_far, self._turn_ms()) is not None:
             self._answer_early()
         if self.config.input_transcription is not None and detector.pause_ms is None:
-            self.transcription.partials.grew(self._turn_so_far, self._turn_ms())
+            self.transcription.partials.grew(self._turn_heard, self._turn_ms())
         if detector.in_speech:
             self.held.grew(self._now_ms() - (detector.pause_ms or 0))
         await self._advance_held()
@@ -647,8 +647,14 @@ class Session:
     # --- speculative work during a pause (engine/speculation.py) -------------------------
 
     def _turn_so_far(self) -> PromptItem | None:
-        if self._speech is None or self.config.type == "transcription":
+        if self.config.type == "transcription":
             return None  # (a transcription session has no answer to begin early)
+        return self._turn_heard()
+
+    def _turn_heard(self) -> PromptItem | None:
+        """The turn in progress so far (its partial transcripts, in either type)."""
+        if self._speech is None:
+            return None
         item_id, start = self._speech
         audio = self.buffer.copy(start, self.buffer.end)
         return PromptItem(item_id, "user", audio=audio, hint=self.config.speech_hint)

@@ -91,6 +91,23 @@ async def test_partial_deltas_arrive_while_the_user_speaks_and_add_up_to_the_tra
         assert stored is not None and stored.transcript == done["transcript"]
 
 
+async def test_a_transcription_session_gets_partial_deltas_too(
+    asr: WhisperRecognizer, turn: np.ndarray
+) -> None:
+    async with Harness(RecognizingExecutor(asr), intent="transcription") as h:
+        audio = {"input": {"transcription": {"model": "whisper-1"}}}
+        update = {"type": "transcription", "audio": audio}
+        await h.send({"type": "session.update", "session": update})
+        await speak_turn(h, turn)
+        assert not h.errors()
+        stopped = h.index("input_audio_buffer.speech_stopped")
+        deltas = h.of("conversation.item.input_audio_transcription.delta")
+        early = h.types()[:stopped].count("conversation.item.input_audio_transcription.delta")
+        assert early >= 2
+        (done,) = h.of("conversation.item.input_audio_transcription.completed")
+        assert "".join(e["delta"] for e in deltas) == done["transcript"]
+
+
 async def test_logprobs_when_include_asks_for_them(
     asr: WhisperRecognizer, turn: np.ndarray
 ) -> None:
