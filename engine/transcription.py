@@ -120,10 +120,10 @@ class InputTranscription:
 
     def finished(self, m: TranscriptionFinished) -> None:
         """On the session's task: the transcript joins its item and goes to the client."""
+        sent = self._sent.pop(m.item_id, ())  # also when the item is gone meanwhile
         item = self._conversation.get(m.item_id)
         if item is None:
             return
-        sent = self._sent.pop(m.item_id, ())
         if not m.for_client:
             if m.text and m.text.text and not item.transcript:
                 item.transcript = m.text.text
