@@ -106,6 +106,8 @@ $(VENV)/.installed-bench: pyproject.toml Makefile | $(BIN)/python
 # synthesis time against text length,
 # the speed of language models a user may bring (bench/llm_sizes.py, ~15 minutes),
 # the end-of-turn model's cost per call,
+# partial input transcripts while the user speaks (first partial text after speech
+# onset, CPU per second of speech; bench/partial_transcripts.py, about 2 minutes),
 # turn detection per VAD backend, capacity under load beside the floor, server_vad
 # and semantic_vad, and the cost at 100 sessions of a realistic mix beside the floor
 # (bench/load/mix.py, about a minute; about 27 minutes in all on 2 cores); tables on stdout,
@@ -121,6 +123,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.tts_first_audio
 	$(BIN)/python -m bench.llm_sizes
 	$(BIN)/python -m bench.turn_model
+	$(BIN)/python -m bench.partial_transcripts
 	$(BIN)/python -m bench.vad_backends
 	$(BIN)/python -m bench.denoise
 	$(BIN)/python -m bench.echo

@@ -37,3 +37,6 @@ class EngineLimits:
     # 0: as fast as it comes.
     ingest_speed: float = 10.0
     ingest_burst_s: float = 60.0
+    # With input transcription on, the turn being spoken is recognized again after
+    # this much more speech for partial transcripts (engine/partials.py); 0: none.
+    partial_transcript_ms: int = 500

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from engine import protocol
 from engine.held_speech import HearingDone
 from engine.mcp.tools import McpListed
+from engine.partials import PartialHeard
 from engine.pause_scoring import EndOfTurnScored
 from engine.playback import PlaybackReport, TrackAudio
 from engine.prepare_chain import Preparation
@@ -57,6 +58,7 @@ InternalMessage = (
     PreparationFinished
     | ResponseFinished
     | TranscriptionFinished
+    | PartialHeard
     | EndOfTurnScored
     | HearingDone
     | PlaybackReport

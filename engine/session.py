@@ -61,6 +61,7 @@ from engine.mcp.client import McpClient, NoMcp
 from engine.mcp.egress import tools_refusal
 from engine.mcp.tools import McpListed, McpTools
 from engine.observer import Observer
+from engine.partials import PartialHeard
 from engine.pause_scoring import EndOfTurnScored
 from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackReport, TrackAudio
 from engine.postponed_speech import PostponedSpeech, protects
@@ -200,7 +201,9 @@ class Session:
         self.items = ItemEvents(
             self.conversation, self.emit, self.ids, self.responder, self.playback
         )
-        self.transcription = InputTranscription(executor, self.emit, self.conversation, self._post)
+        self.transcription = InputTranscription(
+            executor, self.emit, self.conversation, self._post, self.limits.partial_transcript_ms
+        )
 
     @property
     def buffer(self) -> InputBuffer:
@@ -365,6 +368,8 @@ class Session:
             case TranscriptionFinished():
                 self.transcription.finished(m)
                 self._bound_history()  # a transcript is text the bounds count
+            case PartialHeard():
+                self.transcription.partial_heard(m)
             case EndOfTurnScored():
                 await self._on_end_of_turn_scored(m)
             case HearingDone():
@@ -425,6 +430,8 @@ class Session:
             await self._on_turn_event(turn_event, received_at)
         if self.turns.after_frames(self._turn_so_far, self._turn_ms()) is not None:
             self._answer_early()
+        if self.config.input_transcription is not None and detector.pause_ms is None:
+            self.transcription.partials.grew(self._turn_heard, self._turn_ms())
         if detector.in_speech:
             self.held.grew(self._now_ms() - (detector.pause_ms or 0))
         await self._advance_held()
@@ -492,6 +499,7 @@ class Session:
             audio_start_ms=audio_start_ms,
             item_id=item_id,
         )
+        self.transcription.partials.announced(item_id)
         if self.observer is not None:
             self.observer.speech_started(self.session_id, item_id, audio_start_ms)
         await self.responder.barge_in(params.interrupt_response)
@@ -639,8 +647,14 @@ class Session:
     # --- speculative work during a pause (engine/speculation.py) -------------------------
 
     def _turn_so_far(self) -> PromptItem | None:
-        if self._speech is None or self.config.type == "transcription":
+        if self.config.type == "transcription":
             return None  # (a transcription session has no answer to begin early)
+        return self._turn_heard()
+
+    def _turn_heard(self) -> PromptItem | None:
+        """The turn in progress so far (its partial transcripts, in either type)."""
+        if self._speech is None:
+            return None
         item_id, start = self._speech
         audio = self.buffer.copy(start, self.buffer.end)
         return PromptItem(item_id, "user", audio=audio, hint=self.config.speech_hint)

@@ -59,6 +59,9 @@ class RetentionRatio:
     token_limits_sent: bool = False  # `token_limits` sent (maybe empty): echoed so
 
 
+# The `include` value that asks for input transcripts' token log-probabilities.
+LOGPROBS = "item.input_audio_transcription.logprobs"
+
 # Applied to each response's prompt by engine/truncation.py.
 Truncation = Literal["auto", "disabled"] | RetentionRatio
 
@@ -92,7 +95,7 @@ class SessionConfig:
     voice_as_id: bool = False
     prompt: PromptRef | None = None  # the operator's template (engine/prompts.py)
     tracing: Tracing = None  # a label on the session's log lines (engine/tracing.py)
-    include: tuple[str, ...] | None = None  # echoed; no logprobs are produced yet
+    include: tuple[str, ...] | None = None  # LOGPROBS: the transcripts' log-probabilities
     reasoning_effort: ReasoningEffort | None = None  # sent to chat backends
     parallel_tool_calls: bool | None = None  # sent to chat backends
     truncation: Truncation = "auto"
@@ -102,9 +105,10 @@ class SessionConfig:
         """The recognizer's hint from `audio.input.transcription`: its language and
         prompt (None: neither given)."""
         t = self.input_transcription
-        if t is None or (t.language is None and not t.prompt):
+        logprobs = t is not None and LOGPROBS in (self.include or ())
+        if t is None or (t.language is None and not t.prompt and not logprobs):
             return None
-        return SpeechHint(t.language, t.prompt or None)
+        return SpeechHint(t.language, t.prompt or None, logprobs)
 
 
 def apply_update(

@@ -34,6 +34,25 @@ class SpeechHint:
 
     language: str | None = None
     prompt: str | None = None
+    logprobs: bool = False  # the client's `include` asks for the tokens' log-probabilities
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token of a transcript and the log-probability the recognizer gave it."""
+
+    token: str  # its text; "" for a token holding only part of a character
+    logprob: float
+    raw: bytes | None = None  # the token's own bytes, when they are not its text's
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A recognition: its text and, when asked for and the recognizer gives them, its
+    tokens' log-probabilities (their texts concatenated are the text, spaces and all)."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +249,16 @@ class Executor(ABC):
         from models.context import count_prompt  # models.context imports this module
 
         return count_prompt(prompt)
+
+    async def transcribe_partial(self, item: PromptItem) -> Heard | None:
+        """The text of a turn still being spoken, for partial transcripts: recognized
+        only when the recognizer is idle (None: busy, or this executor cannot)."""
+        return None
+
+    def transcript_logprobs(self, item_id: str) -> tuple[TokenLogprob, ...] | None:
+        """The token log-probabilities of `transcribe`'s text of `item_id`, when its
+        hint asked for them and the recognizer gives them."""
+        return None
 
     def remote_stages(self) -> list[Replicas]:
         """The stages that run on remote servers, for /healthz and its probe."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
-from models.base import Executor, OutputChunk, Prompt, PromptItem
+from models.base import Executor, Heard, OutputChunk, Prompt, PromptItem, TokenLogprob
 from models.speculative_responses import Generate, SpeculativeResponses
 from models.speech.transcripts import SpeculationStats, Transcripts
 
@@ -33,6 +33,12 @@ class SpeculatingExecutor(Executor):
 
     async def speculative_text(self, item_id: str) -> str | None:
         return await self.transcripts.speculative_text(item_id)
+
+    async def transcribe_partial(self, item: PromptItem) -> Heard | None:
+        return await self.transcripts.partial(item)
+
+    def transcript_logprobs(self, item_id: str) -> tuple[TokenLogprob, ...] | None:
+        return self.transcripts.logprobs(item_id)
 
     def model_request_id(self, request_id: str) -> str:
         return self.responses.resolve(request_id)

@@ -184,6 +184,11 @@ class Settings(BaseSettings):
     # real time never waits. Default 10x after 60 s; 0 turns pacing off.
     ingest_speed: float = Field(default=10.0, ge=0)
     ingest_burst_s: float = Field(default=60.0, ge=0)
+    # Partial input transcripts (engine/partials.py): with a session's transcription
+    # on, the turn being spoken is recognized again after this much more speech, when
+    # the recognizer is idle (PARLEY_PARTIAL_TRANSCRIPT_MS; 0: none, the whole text
+    # comes after the turn).
+    partial_transcript_ms: int = Field(default=500, ge=0)
 
     # --- ephemeral keys and per-key limits (docs/deploy.md, "Security: Keys") ---
     # Sessions (WebSockets or calls) one ephemeral key opens; one more is refused with

@@ -197,6 +197,7 @@ class SessionHub:
                 max_history_text_chars=self.settings.max_history_text_chars,
                 ingest_speed=self.settings.ingest_speed,
                 ingest_burst_s=self.settings.ingest_burst_s,
+                partial_transcript_ms=self.settings.partial_transcript_ms,
             ),
             preset=preset,
             observer=self.observer,

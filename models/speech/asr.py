@@ -16,13 +16,14 @@ through `transcribe`, as is audio longer than the window.
 
 from __future__ import annotations
 
+import math
 import zlib
 from typing import Protocol
 
 import numpy as np
 import soxr
 
-from models.base import SpeechHint
+from models.base import Heard, SpeechHint, TokenLogprob
 from models.errors import ModelMissing
 from models.speech.device import SpeechDevice, place_whisper
 from models.speech.files import ModelInfo, dir_size
@@ -41,6 +42,23 @@ MAX_PROMPT_TOKENS = 64
 LOOP_COMPRESSION = 2.4
 
 
+def _byte_symbols() -> dict[str, int]:
+    """Byte-level BPE's symbol for each byte (GPT-2's table), reversed: a token's
+    symbols back to its bytes."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    symbols, extra = {}, 0
+    for b in range(256):
+        if b in kept:
+            symbols[chr(b)] = b
+        else:
+            symbols[chr(256 + extra)] = b
+            extra += 1
+    return symbols
+
+
+_BYTES = _byte_symbols()
+
+
 def runs_away(text: str) -> bool:
     """Whether a transcript repeats itself as a runaway decode does."""
     raw = text.encode()
@@ -56,6 +74,14 @@ class SpeechRecognizer(Protocol):
         ...
 
     def describe(self) -> ModelInfo: ...
+
+
+class ScoringRecognizer(SpeechRecognizer, Protocol):
+    """A recognizer that can also give its tokens' log-probabilities."""
+
+    def transcribe_scored(
+        self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None
+    ) -> Heard: ...
 
 
 class WhisperRecognizer:
@@ -125,15 +151,23 @@ class WhisperRecognizer:
         return [*before, *tokenizer.sot_sequence, tokenizer.no_timestamps]
 
     def transcribe(self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None) -> str:
+        return self.transcribe_scored(pcm, rate, hint).text
+
+    def transcribe_scored(
+        self, pcm: np.ndarray, rate: int, hint: SpeechHint | None = None
+    ) -> Heard:
+        """As `transcribe`; with `hint.logprobs`, the log-probability of each token of
+        a turn heard in one window (none for a longer one)."""
         audio = pcm.astype(np.float32) / 32768.0
         if rate != WHISPER_RATE:
             audio = soxr.resample(audio, rate, WHISPER_RATE)
         if len(audio) < WHISPER_RATE // 10:
-            return ""
+            return Heard("", () if hint is not None and hint.logprobs else None)
         if len(audio) <= (MAX_WINDOW_S - 1) * WHISPER_RATE:
-            text = self._in_one_window(audio, self.decoder_prompt(hint))
-            if not runs_away(text):
-                return text
+            scored = hint is not None and hint.logprobs
+            heard = self._in_one_window(audio, self.decoder_prompt(hint), scored=scored)
+            if not runs_away(heard.text):
+                return heard
         segments, _ = self._model.transcribe(
             audio,
             beam_size=self._beam_size,
@@ -143,21 +177,55 @@ class WhisperRecognizer:
             condition_on_previous_text=False,
             vad_filter=False,
         )
-        return "".join(s.text for s in segments).strip()
+        return Heard("".join(s.text for s in segments).strip())
 
-    def _in_one_window(self, audio: np.ndarray, prompt: list[int]) -> str:
-        """`audio` (16 kHz float32) in a window just longer than it."""
+    def _in_one_window(self, audio: np.ndarray, prompt: list[int], *, scored: bool) -> Heard:
+        """`audio` (16 kHz float32) in a window just longer than it; `scored`: with
+        each token's probability, read by forcing the transcript through the decoder
+        (CTranslate2's `align`, ~16 ms on tiny.en; beam search gives no per-token
+        scores)."""
         features = self._model.feature_extractor
         seconds = window_s(len(audio), TURN_WINDOW_S)
         mel = mel_window(features, audio, seconds, features.hop_length)
-        result = self._model.model.generate(
-            self._storage(np.ascontiguousarray(mel[None])),
+        model = self._model.model
+        features_in = self._storage(np.ascontiguousarray(mel[None]))
+        # Encoded once for both calls when scored; otherwise `generate` encodes.
+        encoded = model.encode(features_in, to_cpu=False) if scored else features_in
+        result = model.generate(
+            encoded,
             [prompt],
             beam_size=self._beam_size,
             max_length=min(len(prompt) + MAX_NEW_TOKENS, WHISPER_MAX_LENGTH),
         )[0]
-        tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
-        return str(self._tokenizer.decode(tokens)).strip()
+        tokenizer = self._tokenizer
+        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
+        text = str(tokenizer.decode(tokens)).strip()
+        if not scored:
+            return Heard(text)
+        if not tokens:
+            return Heard(text, ())
+        aligned = model.align(encoded, tokenizer.sot_sequence, [tokens], [mel.shape[-1] // 2])
+        probs = aligned[0].text_token_probs
+        return Heard(text, self._scored_tokens(tokens, probs))
+
+    def _scored_tokens(self, tokens: list[int], probs: list[float]) -> tuple[TokenLogprob, ...]:
+        """Each token's text (what it adds to the decoded text, so the texts add up to
+        the transcript even where a character spans tokens), its bytes and log-prob."""
+        out: list[TokenLogprob] = []
+        before = ""
+        for i, (token, p) in enumerate(zip(tokens, probs, strict=True)):
+            upto = str(self._tokenizer.decode(tokens[: i + 1]))
+            piece = upto[len(before) :] if upto.startswith(before) else upto
+            if "\ufffd" in piece:
+                piece = ""  # part of a character: its text comes with the token ending it
+            else:
+                before = upto
+            raw = bytes(_BYTES[c] for c in self._model.hf_tokenizer.id_to_token(token))
+            if not "".join(t.token for t in out):
+                piece, raw = piece.lstrip(), raw.lstrip()  # the transcript is stripped
+            keep = None if raw == piece.encode() else raw
+            out.append(TokenLogprob(piece, math.log(max(p, 1e-12)), keep))
+        return tuple(out)
 
     def describe(self) -> ModelInfo:
         source = {

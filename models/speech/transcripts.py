@@ -17,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from models.base import PromptItem
-from models.speech.asr import SpeechRecognizer
+from models.base import Heard, PromptItem, TokenLogprob
+from models.speech.asr import ScoringRecognizer, SpeechRecognizer
 from models.speech.remote_asr import RemoteRecognizer
 from models.speech.slots import StageSlots
 from models.stage_timing import Clock, Where
@@ -36,6 +36,9 @@ class SpeculationStats:
     responses_used: int = 0  # adopted by the response to the committed turn
     responses_discarded: int = 0
     responses_declined: int = 0  # adopted, but could not begin: answered afresh
+    # Partial recognitions of a turn still being spoken (engine/partials.py).
+    partials: int = 0
+    partials_skipped_busy: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Wait:
 
 @dataclass
 class _Speculative:
-    task: asyncio.Task[str]
+    task: asyncio.Task[Heard]
     audio_s: float
 
 
@@ -75,7 +78,9 @@ class Transcripts:
         self._cache = cache
         self._on_recognized = on_recognized  # item id, after audio was recognized
         self._speculative: dict[str, _Speculative] = {}
-        self._abandoned: set[asyncio.Task[str]] = set()  # discarded, still running
+        self._abandoned: set[asyncio.Task[Heard]] = set()  # discarded, still running
+        self._logprobs: OrderedDict[str, tuple[TokenLogprob, ...]] = OrderedDict()
+        self._partial_of: str | None = None  # the item a partial recognition runs for
         self.speculation = SpeculationStats()
         self.clock = clock
         self.waits: OrderedDict[str, Wait] = OrderedDict()  # by item id, as many as texts
@@ -122,7 +127,9 @@ class Transcripts:
             return False
         if item.id in self._done or item.id in self._running:
             return False
-        if not self.slot.idle:
+        # The turn's own partial recognition holds the slot: this waits behind it
+        # (the pause would otherwise find the recognizer busy almost every time).
+        if not self.slot.idle and not (self._partial_of == item.id and self.slot.queued == 0):
             self.speculation.skipped_busy += 1
             return False
         self.discard(item.id)
@@ -138,9 +145,30 @@ class Transcripts:
         if spec is None:
             return None
         try:
-            return await asyncio.shield(spec.task)
+            return (await asyncio.shield(spec.task)).text
         except Exception:
             return None
+
+    async def partial(self, item: PromptItem) -> Heard | None:
+        """The text of a turn still being spoken (partial transcripts), recognized
+        only on an idle recognizer, so never ahead of a committed turn or another
+        session's work; None when busy."""
+        if self.recognizer is None or item.audio is None or not len(item.audio):
+            return None
+        if not self.slot.idle:
+            self.speculation.partials_skipped_busy += 1
+            return None
+        self.speculation.partials += 1
+        self._partial_of = item.id
+        try:
+            return await self._hear(item)
+        finally:
+            if self._partial_of == item.id:
+                self._partial_of = None
+
+    def logprobs(self, item_id: str) -> tuple[TokenLogprob, ...] | None:
+        """The token log-probabilities of `item_id`'s text, when its hint asked."""
+        return self._logprobs.get(item_id)
 
     def discard(self, item_id: str) -> None:
         """Drop the speculative recognition of `item_id`, if any. A recognition
@@ -156,45 +184,55 @@ class Transcripts:
             spec.task.add_done_callback(self._abandoned.discard)
         spec.task.add_done_callback(_consume)
 
-    async def _hear(self, item: PromptItem) -> str:
-        assert self.recognizer is not None and item.audio is not None
+    async def _hear(self, item: PromptItem) -> Heard:
+        recognizer = self.recognizer
+        assert recognizer is not None and item.audio is not None
+        hint = item.hint
         async with self.slot.slot():
-            return await asyncio.to_thread(
-                self.recognizer.transcribe, item.audio, item.rate, item.hint
-            )
+            if hint is not None and hint.logprobs and hasattr(recognizer, "transcribe_scored"):
+                scoring: ScoringRecognizer = recognizer  # type: ignore[assignment]
+                return await asyncio.to_thread(
+                    scoring.transcribe_scored, item.audio, item.rate, hint
+                )
+            text = await asyncio.to_thread(recognizer.transcribe, item.audio, item.rate, hint)
+            return Heard(text)
 
     async def _recognize(self, item: PromptItem, asked: float) -> str:
         assert self.recognizer is not None and item.audio is not None
-        text = ""
+        heard = Heard("", ())
         if len(item.audio):
-            text = await self._hear(item)
+            heard = await self._hear(item)
             self._waited(item.id, asked, speculative=False)
             if self._on_recognized is not None:
                 self._on_recognized(item.id)
-        return self._keep(item.id, text)
+        return self._keep(item.id, heard)
 
-    async def _adopt(self, item: PromptItem, speculative: asyncio.Task[str], asked: float) -> str:
+    async def _adopt(self, item: PromptItem, speculative: asyncio.Task[Heard], asked: float) -> str:
         """The committed turn's text from its speculative recognition: the same speech,
         with at most some silence after it; recognized afresh if that failed."""
         try:
-            text = await speculative
+            heard = await speculative
         except Exception:
             return await self._recognize(item, asked)
         self._waited(item.id, asked, speculative=True)
         if self._on_recognized is not None:
             self._on_recognized(item.id)
-        return self._keep(item.id, text)
+        return self._keep(item.id, heard)
 
     def _waited(self, item_id: str, asked: float, *, speculative: bool) -> None:
         self.waits[item_id] = Wait(max(0.0, self.clock() - asked), speculative)
         while len(self.waits) > self._cache:
             self.waits.popitem(last=False)
 
-    def _keep(self, item_id: str, text: str) -> str:
-        self._done[item_id] = text
+    def _keep(self, item_id: str, heard: Heard) -> str:
+        self._done[item_id] = heard.text
         while len(self._done) > self._cache:
             self._done.popitem(last=False)
-        return text
+        if heard.logprobs is not None:
+            self._logprobs[item_id] = heard.logprobs
+            while len(self._logprobs) > self._cache:
+                self._logprobs.popitem(last=False)
+        return heard.text
 
     async def aclose(self) -> None:
         for item_id in list(self._speculative):
@@ -205,7 +243,7 @@ class Transcripts:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _consume(task: asyncio.Task[str]) -> None:
+def _consume(task: asyncio.Task[Heard]) -> None:
     """Retrieve a discarded speculation's outcome, so a failure is not reported as
     never retrieved."""
     if not task.cancelled():

@@ -52,6 +52,7 @@ def test_make_bench_runs_the_benchmarks_in_order() -> None:
         "bench.tts_first_audio",
         "bench.llm_sizes",
         "bench.turn_model",
+        "bench.partial_transcripts",
         "bench.vad_backends",
         "bench.denoise",
         "bench.echo",

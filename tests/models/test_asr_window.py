@@ -9,7 +9,7 @@ import pytest
 import soxr
 
 from bench.speech import FIXTURES, load_wav
-from models.base import PCM_RATE, SpeechHint
+from models.base import PCM_RATE, Heard, SpeechHint
 from models.speech.asr import MAX_PROMPT_TOKENS, TURN_WINDOW_S, WhisperRecognizer, runs_away
 from models.speech.whisper_files import WHISPER_RATE
 from models.speech.whisper_window import MAX_WINDOW_S, window_s
@@ -78,16 +78,30 @@ def test_a_runaway_transcript_is_heard_again_in_the_whole_window(
     asr: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pcm = load_wav("weather")
-    monkeypatch.setattr(asr, "_in_one_window", lambda audio, prompt: "the the the " * 30)
+    loop = Heard("the the the " * 30)
+    monkeypatch.setattr(asr, "_in_one_window", lambda audio, prompt, scored: loop)
     assert asr.transcribe(pcm, PCM_RATE) == whole_window(asr, pcm)
 
 
 def test_audio_longer_than_a_window_goes_through_transcribe(
     asr: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def never(audio: np.ndarray, prompt: list[int]) -> str:
+    def never(audio: np.ndarray, prompt: list[int], scored: bool) -> Heard:
         raise AssertionError("one window cannot hold it")
 
     monkeypatch.setattr(asr, "_in_one_window", never)
     pcm = np.concatenate([load_wav("weather"), np.zeros(PCM_RATE * MAX_WINDOW_S, np.int16)])
     assert "weather" in asr.transcribe(pcm, PCM_RATE).lower()
+
+
+def test_scored_tokens_add_up_to_the_text_and_its_bytes(asr: WhisperRecognizer) -> None:
+    """A character spread over tokens: its text comes with the token that ends it, and
+    every token's own bytes add up to the transcript's UTF-8."""
+    text = "Café naïve 日本 ok"
+    ids = asr._tokenizer.encode(" " + text)
+    tokens = asr._scored_tokens(ids, [0.5] * len(ids))
+    assert "".join(t.token for t in tokens) == text
+    spelled = b"".join(t.raw if t.raw is not None else t.token.encode() for t in tokens)
+    assert spelled == text.encode()
+    assert any(t.token == "" for t in tokens)  # part of 日
+    assert all(t.logprob == pytest.approx(-0.693, abs=1e-3) for t in tokens)
