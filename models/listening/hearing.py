@@ -177,3 +177,11 @@ class WhisperHearing:
 
     def close(self) -> None:
         self.pool.close()
+        with self._lock:
+            whisper, self._whisper = self._whisper, None
+        if whisper is not None:
+            # CTranslate2 keeps a model's weights past its object's last reference
+            # (a process that made and closed many servers grew ~50 MB for each); a
+            # hearing still running keeps what it needs (its docs: "not guaranteed
+            # to be unloaded if translations are running concurrently").
+            whisper.model.unload_model()

@@ -72,3 +72,13 @@ def test_prepare_loads_the_model_in_the_background() -> None:
         assert loading.result(timeout=60) is fresh._whisper is not None
     finally:
         fresh.close()
+
+
+def test_closing_frees_the_models_weights() -> None:
+    """CTranslate2 keeps weights past the model object's last reference: a test
+    process making a server per test grew by them until the kernel killed it."""
+    fresh = WhisperHearing()
+    whisper = fresh.prepare().result(timeout=60)
+    assert whisper.model.model_is_loaded
+    fresh.close()
+    assert fresh._whisper is None and not whisper.model.model_is_loaded
