@@ -276,26 +276,24 @@ async def run(pacing: Pacing, repeats: int, fixtures: list[str], embedded: bool)
     stages = StageServers(pacing)
     configs: dict[str, dict[str, list[WsRun]]] = {}
     load: dict[str, dict[str, list[float]]] = {}  # the machine's, as each measured
-    try:
-        server = Server(remote_target(stages))
+
+    async def measured(name: str, target: Target, paced: StageServers | None) -> None:
+        """One configuration's sessions against its own server, with the load."""
+        server = Server(target)
         try:
             await server.ready(SERVER_START_S)
-            load["remote"] = {"before": loadavg()}
-            configs["remote"] = await measure(server, repeats, fixtures, stages)
-            load["remote"]["after"] = loadavg()
+            load[name] = {"before": loadavg()}
+            configs[name] = await measure(server, repeats, fixtures, paced)
+            load[name]["after"] = loadavg()
         finally:
             server.stop()
+
+    try:
+        await measured("remote", remote_target(stages), stages)
     finally:
         stages.stop()
     if embedded:
-        server = Server(cascade_target())
-        try:
-            await server.ready(SERVER_START_S)
-            load["embedded"] = {"before": loadavg()}
-            configs["embedded"] = await measure(server, repeats, fixtures, None)
-            load["embedded"]["after"] = loadavg()
-        finally:
-            server.stop()
+        await measured("embedded", cascade_target(), None)
     summaries = {c: {m: summarize(r) for m, r in modes.items()} for c, modes in configs.items()}
     table(summaries)
     print(

@@ -88,17 +88,12 @@ class RemoteSynthesizer(RemoteStage):
         if self._client is None:
             self._client = self._new_client()
 
-    async def synthesize_stream(
-        self, text: str, voice: str = ""
-    ) -> AsyncGenerator[np.ndarray, None]:
+    def synthesize_stream(self, text: str, voice: str = "") -> AsyncGenerator[np.ndarray, None]:
         """The sentence's audio at 24 kHz, piece by piece as the server sends it;
         closing this (a barge-in) closes the request."""
         self.open_client()
         assert self._client is not None
-        stream = self._stream(self._client, text, voice)
-        async with contextlib.aclosing(stream):
-            async for piece in stream:
-                yield piece
+        return self._stream(self._client, text, voice)
 
     async def synthesize_async(self, text: str, voice: str = "") -> np.ndarray:
         """The sentence's audio at 24 kHz, whole; cancelling the caller closes the
