@@ -66,6 +66,7 @@ class OutEvent:
     pcm: npt.NDArray[np.int16] | None = None  # its 24 kHz audio, for the echo guard's far end
     response_id: str | None = None  # the response it belongs to (or carries: response.done)
     flush: Flush | None = None  # playback is flushed here (speech_started)
+    event_id: str = ""  # as in `text`: what a resuming client names (server/resume.py)
 
 
 class Ids:
@@ -217,9 +218,11 @@ class Emitter:
         self.outbox = outbox
         self.ids = ids
 
-    def _event(self, cls: type[E], fields: dict[str, Any]) -> tuple[E, str]:
-        event = build(cls, self.ids.new("event"), **fields)
-        return event, event.model_dump_json(exclude_unset=True)
+    def _event(self, cls: type[E], fields: dict[str, Any]) -> tuple[E, str, str]:
+        """The event, its JSON and its id."""
+        event_id = self.ids.new("event")
+        event = build(cls, event_id, **fields)
+        return event, event.model_dump_json(exclude_unset=True), event_id
 
     def control(self, cls: type[SdkModel], **fields: Any) -> None:
         self.send(self.build(cls, **fields))
@@ -231,8 +234,8 @@ class Emitter:
     def build(self, cls: type[SdkModel], **fields: Any) -> OutEvent:
         """A control event, serialized but not queued: for a change that is made
         only once its event is known to serialize (then `send` it)."""
-        event, text = self._event(cls, fields)
-        return OutEvent(text, _TYPES[cls], response_id=_response_of(event))
+        event, text, event_id = self._event(cls, fields)
+        return OutEvent(text, _TYPES[cls], response_id=_response_of(event), event_id=event_id)
 
     def error(self, exc: ProtocolError) -> None:
         """An `error` event in OpenAI's shape (type, code, message, param, event_id)."""
@@ -265,8 +268,18 @@ class Emitter:
         """Queue output of `epoch`; `samples` of audio (`pcm`, at 24 kHz) are counted
         for the item `counts_for` when the writer sends it (a WebRTC call plays `pcm`
         on its track)."""
-        _, text = self._event(cls, fields)
+        _, text, event_id = self._event(cls, fields)
         response_id = fields.get("response_id")
         await self.outbox.put(
-            OutEvent(text, _TYPES[cls], epoch, lane, counts_for, samples, pcm, response_id)
+            OutEvent(
+                text,
+                _TYPES[cls],
+                epoch,
+                lane,
+                counts_for,
+                samples,
+                pcm,
+                response_id,
+                event_id=event_id,
+            )
         )

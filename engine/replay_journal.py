@@ -16,9 +16,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-# About a minute of a response's audio deltas and its events at 24 kHz pcm16, base64.
+# About a minute of a response's audio deltas and its events at 24 kHz pcm16, base64
+# (64 KB of JSON a second).
 MAX_EVENTS = 4096
-MAX_CHARS = 8 * 1024 * 1024
+MAX_CHARS = 4 * 1024 * 1024
+MAX_ALIASES = 8  # a session's last few connections' announcements
 
 Refusal = Literal["unknown_event", "events_lost"]
 
@@ -54,6 +56,7 @@ class ReplayJournal:
         self._last_seq = 0
         self._forgotten_through = 0  # the highest seq let go
         self._forgotten_id: str | None = None  # its event id
+        self._aliases: deque[str] = deque()
 
     def add(self, event_id: str, text: str) -> None:
         self._last_seq += 1
@@ -64,6 +67,14 @@ class ReplayJournal:
             len(self._events) > self.max_events or self._chars > self.max_chars
         ):
             self._forget_oldest()
+
+    def alias(self, event_id: str) -> None:
+        """An event sent but not kept (a connection's resume token, which is no use
+        to replay): a client that processed it processed every event before it."""
+        self._seq_of[event_id] = self._last_seq
+        self._aliases.append(event_id)
+        if len(self._aliases) > MAX_ALIASES:
+            self._seq_of.pop(self._aliases.popleft(), None)
 
     def after(self, last_event_id: str | None) -> Missed | CannotReplay:
         """The events after `last_event_id` (None: the client processed none)."""

@@ -53,6 +53,8 @@ from server.observers import compose
 from server.prompts import load_prompts
 from server.realtime import RealtimeEndpoint
 from server.remote_stages import probe_forever, stages_health
+from server.resume import ResumeRegistry
+from server.resume_tokens import ResumeTokens
 from server.sessions import SessionHub
 
 if TYPE_CHECKING:
@@ -299,7 +301,9 @@ def create_app(
     # Behind a load balancer: what reaches this replica for a call another holds is
     # forwarded there (server/call_forward.py); None for a single server.
     forwarder = forwarder_of(settings)
-    realtime = RealtimeEndpoint(hub, keys, forwarder)  # the WebSocket, and calls' sidebands
+    # Sessions that may outlive their WebSocket (`?resume=true`, server/resume.py).
+    resumes = ResumeRegistry(ResumeTokens(window_s=settings.resume_window_s))
+    realtime = RealtimeEndpoint(hub, keys, resumes, forwarder)  # WebSockets, calls' sidebands
     calls = CallsEndpoint(hub, keys, forwarder)  # WebRTC calls
     app.state.keys = keys
     app.state.hub = hub  # what server/serving.py drains

@@ -12,6 +12,7 @@ refuses it elsewhere).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -166,6 +167,29 @@ class KeyStore:
         if not self._is_api_key(key):
             raise ApiError(401, "invalid_api_key", "Incorrect API key provided.")
         return None
+
+    def owner(self, key: str | None, ephemeral: EphemeralKey | None) -> str:
+        """Whom a session opened with `key` belongs to, for binding its resume token
+        (server/resume_tokens.py): the ephemeral key's id, the API key's hash, or
+        anyone on an open server (there the 256-bit token alone is the proof; the
+        address is not, since a phone that changed networks has a new one)."""
+        if ephemeral is not None:
+            return f"ek:{ephemeral.key_id}"
+        if self.open or key is None:
+            return "open"
+        return "key:" + hashlib.sha256(key.encode()).hexdigest()
+
+    def resuming(self, key: str | None) -> str:
+        """The owner a reconnecting client proves with `key`, or ApiError 401. The
+        ephemeral key that opened the session may have expired or been spent since:
+        it opened this session, and still names it."""
+        if key is not None and key.startswith(EPHEMERAL_PREFIX):
+            found = verify(self._secret, key, None)
+            if found is None:
+                raise ApiError(401, "invalid_api_key", "The ephemeral key is invalid.")
+            return self.owner(key, found)
+        self.authenticate(key, websocket=True)
+        return self.owner(key, None)
 
     def admit(
         self, key: str | None, ephemeral: EphemeralKey | None, address: str | None

@@ -124,6 +124,10 @@ class Settings(BaseSettings):
     # socket for this long means the client stopped reading: its connection is
     # aborted, not closed politely, so it holds no memory and delays no shutdown.
     write_timeout_s: float = Field(default=10.0, gt=0)
+    # Parley's resume extension (`?resume=true`, docs/protocol.md): how long a
+    # session whose connection dropped waits for its client to take it back. It
+    # keeps its seat meanwhile, so `max_sessions` bounds the detached ones too.
+    resume_window_s: float = Field(default=30.0, gt=0, le=600)
     # WebRTC calls (POST /v1/realtime/calls): the ICE servers the server gathers
     # candidates with (PARLEY_ICE_SERVERS=stun:host:3478,turn:host:3478; none: host
     # candidates only, which is what a LAN or a host-networked container needs, and

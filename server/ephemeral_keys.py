@@ -110,9 +110,10 @@ def mint(
     return value
 
 
-def verify(secret: bytes, value: str, now: float) -> EphemeralKey | None:
+def verify(secret: bytes, value: str, now: float | None) -> EphemeralKey | None:
     """What `value` grants, or None when it is malformed, sealed with another
-    secret, tampered with or expired. Only a payload that decrypts (so was sealed
+    secret, tampered with or expired (`now` None: its expiry is not checked, for a
+    session it opened that resumes). Only a payload that decrypts (so was sealed
     with this secret, unchanged) is inflated and parsed."""
     if len(value) > MAX_KEY_CHARS or not value.startswith(EPHEMERAL_PREFIX):
         return None
@@ -129,7 +130,7 @@ def verify(secret: bytes, value: str, now: float) -> EphemeralKey | None:
         # Sealed by a build that writes keys differently (during a rolling deploy):
         # refused like any bad key, and the client mints a new one.
         return None
-    if now >= expires_at:
+    if now is not None and now >= expires_at:
         return None
     return EphemeralKey(str(key_id), expires_at, model, preset)
 

@@ -7,6 +7,8 @@ writer: session outbox -> frame (skips output fenced by a cancel); every send, t
 
 `?call_id=` attaches a sideband to a WebRTC call the hub holds; behind a load
 balancer, one held by another replica is relayed there (server/call_forward.py).
+`?resume=true` makes the session resumable (server/resume.py): its connection may
+drop and a new one take it back with `?resume_token=…&last_event_id=…`.
 While the hub drains, upgrades get HTTP 503; a session it ends closes with 1001, and
 the drain's last resort aborts the connection.
 """
@@ -33,13 +35,15 @@ from engine.protocol import (
     to_beta_text,
     wants_beta,
 )
+from engine.replay_journal import Journaled
 from engine.session import Session
 from engine.transcription_session import intent_of
-from server.auth import ApiError, KeyStore, bad_request, presented_key
+from server.auth import Admitted, ApiError, KeyStore, bad_request, presented_key
 from server.call_forward import CallForwarder
 from server.logs import session_var
 from server.origins import check_origin
-from server.sessions import SHUTDOWN_REASON, SessionHub, submit_text
+from server.resume import Attachment, NotResumed, Resumable, ResumeRegistry
+from server.sessions import SHUTDOWN_REASON, WIND_DOWN_S, Seat, SessionHub, submit_text
 from server.ws_protocol import abort_connection
 
 log = logging.getLogger(__name__)
@@ -74,7 +78,7 @@ class Ending:
 
 
 def ending_of(
-    runner: asyncio.Task[None], writer: asyncio.Task[None], done: set[asyncio.Task[Any]]
+    runner: asyncio.Task[None], writer: asyncio.Task[Any], done: set[asyncio.Task[Any]]
 ) -> Ending:
     """Why the first of a connection's tasks (`done`) ended, as a close: pure, so
     each case is tested directly."""
@@ -94,10 +98,15 @@ class RealtimeEndpoint:
     """`/v1/realtime`: WebSocket sessions of the hub, and sidebands of its calls."""
 
     def __init__(
-        self, hub: SessionHub, keys: KeyStore, forwarder: CallForwarder | None = None
+        self,
+        hub: SessionHub,
+        keys: KeyStore,
+        resumes: ResumeRegistry,
+        forwarder: CallForwarder | None = None,
     ) -> None:
         self.hub = hub
         self.keys = keys
+        self.resumes = resumes
         self.forwarder = forwarder  # None: a single server
 
     async def handle(
@@ -106,6 +115,9 @@ class RealtimeEndpoint:
         model: str | None = None,
         call_id: str | None = None,
         intent: str | None = None,
+        resume: str | None = None,
+        resume_token: str | None = None,
+        last_event_id: str | None = None,
     ) -> None:
         hub = self.hub
         try:  # a web page the operator did not allow: before anything else
@@ -120,6 +132,14 @@ class RealtimeEndpoint:
             return
         if call_id is not None:
             await self._sideband(ws, call_id)
+            return
+        if resume_token is not None:
+            await self._resume(ws, resume_token, last_event_id)
+            return
+        try:
+            resumable = _flag(resume)
+        except ApiError as refusal:
+            await _deny(ws, refusal)
             return
         offered = ws.scope.get("subprotocols") or []
         key = presented_key(ws.headers, offered)
@@ -146,6 +166,7 @@ class RealtimeEndpoint:
         # take the last seat. Seated until its connection is closed, so that the drain
         # can abort it.
         seat = hub.admit(functools.partial(abort_connection, ws))
+        handed_on = False  # to a resumable session, which releases them when it ends
         try:
             # A key's preset the server now refuses (its MCP policy tightened), a
             # transcription session this server cannot serve or its key does not allow
@@ -161,13 +182,134 @@ class RealtimeEndpoint:
             await ws.accept(subprotocol=subprotocol)
             # Every log line of this connection's tasks names its session (server/logs.py).
             session_var.set(session.session_id)
-            ending = await self._run(ws, session, beta)
+            if resumable:
+                link = Resumable(
+                    session,
+                    self.keys.owner(key, ephemeral),
+                    self.resumes,
+                    functools.partial(_release, hub, seat, admitted),
+                )
+                self.resumes.add(link)
+                seat.abort, handed_on = link.abort, True
+                ending = await self._serve_resumable(ws, link, None, beta)
+            else:
+                ending = await self._run(ws, session, beta)
             await self._close(ws, ending)
         finally:
-            hub.release(seat)
-            admitted.release()
+            if not handed_on:
+                _release(hub, seat, admitted)
         # An aborted connection ends without a close frame: 1006 as the client sees it.
         hub.closed(session.session_id, CLOSE_ABNORMAL if ending.abort else ending.code)
+
+    async def _resume(self, ws: WebSocket, token: str, last_event_id: str | None) -> None:
+        """A client takes its resumable session back (server/resume.py): refused
+        before the upgrade when it cannot, else every event it missed, then on."""
+        offered = ws.scope.get("subprotocols") or []
+        try:
+            owner = self.keys.resuming(presented_key(ws.headers, offered))
+        except ApiError as refusal:
+            await _deny(ws, refusal)
+            return
+        claimed = self.resumes.claim(token, owner, last_event_id)
+        if isinstance(claimed, NotResumed):
+            lost = claimed.code == "resume_events_lost"
+            await _deny(
+                ws,
+                ApiError(
+                    409 if lost else 404,
+                    claimed.code,
+                    claimed.message,
+                    "last_event_id" if lost else "resume_token",
+                ),
+            )
+            return
+        link = claimed.resumable
+        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        session_var.set(link.session_id)
+        log.info("session resumed: %d missed event(s) replayed", len(claimed.missed))
+        beta = wants_beta(ws.headers.get(BETA_HEADER), offered)
+        ending = await self._serve_resumable(ws, link, claimed.missed, beta)
+        await self._close(ws, ending)
+        self.hub.closed(link.session_id, CLOSE_ABNORMAL if ending.abort else ending.code)
+
+    async def _serve_resumable(
+        self,
+        ws: WebSocket,
+        link: Resumable,
+        missed: tuple[Journaled, ...] | None,
+        beta: bool,
+    ) -> Ending:
+        """Serve a resumable session over this connection until the session ends
+        (closed as `_run` closes it), the client ends it (1000), or the connection
+        drops or is taken over (the session is detached, or stays with the new one)."""
+        send = functools.partial(_send, ws, deadline=self.hub.settings.write_timeout_s)
+        convert = to_beta_text if beta else _unchanged
+        attachment = link.attach(send, convert, functools.partial(abort_connection, ws), missed)
+        reader = asyncio.create_task(self._read(ws, link.session), name=f"reader:{link.session_id}")
+        cut = asyncio.create_task(attachment.superseded.wait())
+        writer = attachment.writer
+        try:
+            done, _ = await asyncio.wait(
+                {link.runner, writer, reader, cut}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if attachment.superseded.is_set():
+                return Ending(abort=True)  # cut off by attach(): the session went on
+            if writer in done and not writer.cancelled() and writer.exception() is None:
+                if writer.result():  # the outbox closed: the session is ending
+                    await asyncio.wait({link.runner}, timeout=WIND_DOWN_S)
+                    done = {t for t in (link.runner, writer, reader) if t.done()}
+            if link.runner.done():
+                return await self._session_ended(link, attachment, reader, done)
+            if reader in done and not reader.cancelled() and reader.result() == CLOSE_NORMAL:
+                link.finish()  # the client ended it
+                return Ending(CLOSE_NORMAL)
+            return self._dropped(link, attachment, reader, done)
+        finally:
+            cut.cancel()
+            reader.cancel()
+
+    async def _session_ended(
+        self,
+        link: Resumable,
+        attachment: Attachment,
+        reader: asyncio.Task[int],
+        done: set[asyncio.Task[Any]],
+    ) -> Ending:
+        """The session ended itself (the drain, a failure, a client not reading):
+        its connection closes as `_run` closes one."""
+        writer = attachment.writer
+        ending = ending_of(link.runner, writer, done)
+        if ending.code == CLOSE_INTERNAL:
+            for task in done:
+                if not task.cancelled() and (error := task.exception()) is not None:
+                    log.error("%s failed", task.get_name(), exc_info=error)
+        if ending.code == CLOSE_GOING_AWAY and not writer.done():
+            await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if writer.done() and isinstance(writer.exception(), WriteTimeout):
+                ending = Ending(abort=True)
+        await link.finish()
+        return ending
+
+    def _dropped(
+        self,
+        link: Resumable,
+        attachment: Attachment,
+        reader: asyncio.Task[int],
+        done: set[asyncio.Task[Any]],
+    ) -> Ending:
+        """The connection dropped, or stopped reading: the session waits for its
+        client to come back (or ends, if the server is draining)."""
+        writer = attachment.writer
+        failed = writer in done and not writer.cancelled() and writer.exception() is not None
+        if failed and not isinstance(writer.exception(), WriteTimeout):
+            log.warning("writer failed; detaching", exc_info=writer.exception())
+        if self.hub.draining:
+            link.finish()
+        else:
+            link.detach(attachment)
+        if reader in done and not reader.cancelled():
+            return Ending(reader.result())  # the client's code; no frame is sent
+        return Ending(abort=True)
 
     async def _sideband(self, ws: WebSocket, call_id: str) -> None:
         """The application's server attached to a WebRTC call's session: it gets the
@@ -288,16 +430,43 @@ class RealtimeEndpoint:
             if event is None:
                 return
             text = to_beta_text(event.text) if beta else event.text
-            if text is not None:  # None: no beta equivalent
-                try:
-                    async with asyncio.timeout(deadline):
-                        await ws.send_text(text)
-                except TimeoutError:
-                    raise WriteTimeout(f"no send completed in {deadline} s") from None
-                except WebSocketDisconnect:
-                    # The client left while we sent (its reader may not know yet): the
-                    # connection is over, which is no failure of ours.
-                    return
+            # None: no beta equivalent
+            if text is not None and not await _send(ws, text, deadline):
+                return
+
+
+async def _send(ws: WebSocket, text: str, deadline: float) -> bool:
+    """One frame, within the write deadline (else WriteTimeout); False when the
+    client left while we sent (its reader may not know yet): the connection is over,
+    which is no failure of ours."""
+    try:
+        async with asyncio.timeout(deadline):
+            await ws.send_text(text)
+    except TimeoutError:
+        raise WriteTimeout(f"no send completed in {deadline} s") from None
+    except WebSocketDisconnect:
+        return False
+    return True
+
+
+def _release(hub: SessionHub, seat: Seat, admitted: Admitted) -> None:
+    hub.release(seat)
+    admitted.release()
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _flag(value: str | None) -> bool:
+    """A boolean query parameter (`?resume=true`)."""
+    if value is None or value.lower() in ("false", "0"):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise ApiError(
+        400, "invalid_value", f"'resume' must be true or false, not '{value}'.", "resume"
+    )
 
 
 async def _deny(ws: WebSocket, refusal: ApiError) -> None:

@@ -3,7 +3,10 @@
 
 A session that asked is announced a token while it is attached. When its connection
 drops it is detached, not closed, for `window_s`; a new connection that presents the
-token, with the same key, within the window takes it over. A token is good once: the
+token, with the same key, within the window takes it over. It may also take over a
+session the server still thinks attached: a phone that left Wi-Fi reconnects before
+the server notices its old connection is dead, and token and key prove it is the
+same client (the old connection is cut). A token is good once: the
 session taking it over is announced a new one. It is kept hashed (a leaked memory
 dump or log line reveals no usable token) and bound to its key: an ephemeral key's
 id, or the API key's hash, so a token stolen without its key is useless. Detached
@@ -25,7 +28,7 @@ from typing import Literal
 WINDOW_S = 30.0
 MAX_DETACHED = 256
 
-Refusal = Literal["unknown_token", "expired", "wrong_key", "not_detached"]
+Refusal = Literal["unknown_token", "expired", "wrong_key"]
 
 
 def _digest(token: str) -> str:
@@ -42,6 +45,7 @@ class _Entry:
 @dataclass(frozen=True)
 class Claimed:
     session_id: str
+    attached: bool = False  # its old connection still holds it: cut that one off
 
 
 @dataclass(frozen=True)
@@ -96,12 +100,10 @@ class ResumeTokens:
             return Refused("unknown_token")
         if not secrets.compare_digest(entry.owner, owner):
             return Refused("wrong_key")
-        if entry.detached_at is None:
-            return Refused("not_detached")  # still attached: one connection at a time
-        session_id = entry.session_id
-        expired = self.clock() - entry.detached_at > self.window_s
+        session_id, detached_at = entry.session_id, entry.detached_at
+        expired = detached_at is not None and self.clock() - detached_at > self.window_s
         self._void(session_id)
-        return Refused("expired") if expired else Claimed(session_id)
+        return Refused("expired") if expired else Claimed(session_id, detached_at is None)
 
     def expired(self) -> list[str]:
         """Detached sessions whose window has passed: the server closes them."""

@@ -53,3 +53,14 @@ def test_the_journal_is_bounded_in_characters_too() -> None:
 def test_a_long_session_keeps_its_bookkeeping_bounded() -> None:
     journal = filled(20_000, max_events=8)
     assert len(journal._seq_of) <= 9  # the kept ones and the edge
+
+
+def test_a_token_announcement_names_every_event_before_it() -> None:
+    journal = filled(3)
+    journal.alias("event_token_1")  # sent after event_3, not kept
+    journal.add("event_4", "{}")
+    assert ids(journal.after("event_token_1")) == ["event_4"]
+    for n in range(20):  # a session that reconnects often keeps only its last few
+        journal.alias(f"event_token_{n + 2}")
+    assert journal.after("event_token_1") == CannotReplay("unknown_event")
+    assert ids(journal.after("event_token_21")) == []

@@ -65,3 +65,19 @@ def test_named_tests_exist_and_supported_rows_name_one() -> None:
             assert tests, f"{name}: no test named"
         for test in tests:
             assert re.search(rf"def {test}\(", TESTS), f"{name}: no test {test}"
+
+
+def test_the_resume_tables_rows_name_tests_that_exist() -> None:
+    heading = "## Resume after a dropped connection (Parley's extension)"
+    section = DOC.split(heading)[1].split("\n## ")[0]
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("|") and not line.startswith(("| what", "|---"))
+    ]
+    assert len(rows) == 7
+    for what, _, tests in rows:
+        named = re.findall(r"`(test_\w+)`", tests)
+        assert named, f"{what}: no test named"
+        for test in named:
+            assert re.search(rf"def {test}\(", TESTS), f"{what}: no test {test}"

@@ -1,5 +1,5 @@
 """Resume tokens (server/resume_tokens.py): good once, for the same key, within the
-window, only for a detached session; detached sessions bounded."""
+window; detached sessions bounded."""
 
 from __future__ import annotations
 
@@ -11,13 +11,21 @@ def test_a_detached_session_is_claimed_once_with_its_key_within_the_window() -> 
     clock = FakeClock()
     tokens = ResumeTokens(window_s=30, clock=clock)
     token = tokens.issue("sess_1", owner="key_a")
-    assert tokens.claim(token, "key_a") == Refused("not_detached")  # still connected
     assert tokens.detach("sess_1") == []
     clock.t += 29
     assert tokens.claim(token, "key_b") == Refused("wrong_key")
     assert tokens.claim(token, "key_a") == Claimed("sess_1")
     assert tokens.claim(token, "key_a") == Refused("unknown_token")  # spent
     assert tokens.detached == 0
+
+
+def test_a_session_still_attached_is_taken_over_by_its_token_and_key() -> None:
+    """The client reconnected before the server saw its old connection die."""
+    tokens = ResumeTokens(clock=FakeClock())
+    token = tokens.issue("sess_1", owner="key_a")
+    assert tokens.claim(token, "key_b") == Refused("wrong_key")
+    assert tokens.claim(token, "key_a") == Claimed("sess_1", attached=True)
+    assert tokens.claim(token, "key_a") == Refused("unknown_token")
 
 
 def test_a_token_past_its_window_is_refused_and_the_session_expires() -> None:

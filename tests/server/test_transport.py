@@ -22,6 +22,8 @@ from server.realtime import (
     WriteTimeout,
     ending_of,
 )
+from server.resume import ResumeRegistry
+from server.resume_tokens import ResumeTokens
 from server.sessions import SessionHub
 from server.ws_protocol import ABORT_EXTENSION
 from tests.support.processes import parley_serve
@@ -89,7 +91,8 @@ class FakeSession:
 
 def endpoint(write_timeout_s: float) -> RealtimeEndpoint:
     settings = Settings(executor="scripted", write_timeout_s=write_timeout_s)
-    return RealtimeEndpoint(SessionHub(settings, None, None), None)  # type: ignore[arg-type]
+    hub = SessionHub(settings, None, None)  # type: ignore[arg-type]
+    return RealtimeEndpoint(hub, None, ResumeRegistry(ResumeTokens()))  # type: ignore[arg-type]
 
 
 async def test_a_send_past_the_write_deadline_ends_the_writer() -> None:
