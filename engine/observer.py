@@ -20,6 +20,7 @@ from typing import Literal
 from models.stage_timing import StageTiming
 
 ResponseStatus = Literal["completed", "cancelled", "incomplete", "failed"]
+DetachEnd = Literal["resumed", "expired", "closed"]
 
 
 class Observer:
@@ -37,6 +38,16 @@ class Observer:
         """The transport ended the connection with WebSocket close `code`: the code
         it sent, or the client's when the client closed first. `session_id` is None
         for a connection refused before its session began (1013, at capacity)."""
+
+    def session_detached(self, session_id: str) -> None:
+        """A resumable session's connection dropped: it waits for its client."""
+
+    def detach_ended(self, session_id: str, how: DetachEnd) -> None:
+        """A detached session was taken back (`resumed`), not taken back within its
+        window (`expired`), or closed meanwhile by the server (`closed`)."""
+
+    def resume_refused(self, code: str) -> None:
+        """A connection presenting a resume token was refused with `code`."""
 
     def frame_parsed(self, session_id: str, event_type: str) -> None:
         """The transport parsed a client frame of `event_type` (a refused frame is

@@ -302,7 +302,7 @@ def create_app(
     # forwarded there (server/call_forward.py); None for a single server.
     forwarder = forwarder_of(settings)
     # Sessions that may outlive their WebSocket (`?resume=true`, server/resume.py).
-    resumes = ResumeRegistry(ResumeTokens(window_s=settings.resume_window_s))
+    resumes = ResumeRegistry(ResumeTokens(window_s=settings.resume_window_s), observers)
     realtime = RealtimeEndpoint(hub, keys, resumes, forwarder)  # WebSockets, calls' sidebands
     calls = CallsEndpoint(hub, keys, forwarder)  # WebRTC calls
     app.state.keys = keys

@@ -33,7 +33,7 @@ from prometheus_client import (
     multiprocess,
 )
 
-from engine.observer import Observer, ResponseStatus
+from engine.observer import DetachEnd, Observer, ResponseStatus
 from models.listening.fair_pool import ABANDONED, OVERLOADED, SUPERSEDED
 from models.stage_timing import PHASES, WHERE, StageTiming
 from server.key_limits import RefusalReason
@@ -78,6 +78,21 @@ class Metrics:
             registry=r, multiprocess_mode="livesum",
         )  # fmt: skip
         self.sessions = Counter("parley_sessions", "Realtime sessions opened.", registry=r)
+        self.sessions_detached = Gauge(
+            "parley_sessions_detached",
+            "Resumable sessions whose connection dropped, waiting for their client.",
+            registry=r, multiprocess_mode="livesum",
+        )  # fmt: skip
+        self.detach_ends = Counter(
+            "parley_detached_sessions_ended",
+            "Detached sessions that were resumed, expired, or closed by the server.",
+            ["how"], registry=r,
+        )  # fmt: skip
+        self.resumes_refused = Counter(
+            "parley_resumes_refused",
+            "Resume attempts refused: resume_token_invalid, resume_events_lost.",
+            ["code"], registry=r,
+        )  # fmt: skip
         self.connections_closed = Counter(
             "parley_connections_closed",
             "Realtime connections ended, by WebSocket close code (the server's, or the "
@@ -226,6 +241,19 @@ class MetricsObserver(Observer):
     @guarded
     def connection_closed(self, session_id: str | None, code: int) -> None:
         self.metrics.connections_closed.labels(close_code_label(code)).inc()
+
+    @guarded
+    def session_detached(self, session_id: str) -> None:
+        self.metrics.sessions_detached.inc()
+
+    @guarded
+    def detach_ended(self, session_id: str, how: DetachEnd) -> None:
+        self.metrics.sessions_detached.dec()
+        self.metrics.detach_ends.labels(how).inc()
+
+    @guarded
+    def resume_refused(self, code: str) -> None:
+        self.metrics.resumes_refused.labels(code).inc()
 
     @guarded
     def frame_parsed(self, session_id: str, event_type: str) -> None:

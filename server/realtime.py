@@ -212,6 +212,8 @@ class RealtimeEndpoint:
             return
         claimed = self.resumes.claim(token, owner, last_event_id)
         if isinstance(claimed, NotResumed):
+            if self.hub.observer is not None:
+                self.hub.observer.resume_refused(claimed.code)
             lost = claimed.code == "resume_events_lost"
             await _deny(
                 ws,

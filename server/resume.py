@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from engine.emitter import Ids
+from engine.observer import DetachEnd, Observer
 from engine.replay_journal import CannotReplay, Journaled, Missed, ReplayJournal
 from engine.session import Session
 from server.resume_tokens import Claimed, Refused, ResumeTokens
@@ -88,6 +89,7 @@ class Resumable:
         self._pump: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._finishing: asyncio.Task[None] | None = None
+        self._detached = False  # between a drop and its end (resumed, expired, closed)
         self.runner = asyncio.create_task(session.run(), name=f"session:{session.session_id}")
         self.runner.add_done_callback(self._on_session_ended)
 
@@ -124,6 +126,9 @@ class Resumable:
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
+        if self.attachment is None and self._detached:
+            self._detached = False
+            self.registry.observe_end(self.session_id, "resumed")
         token = self.registry.tokens.issue(self.session_id, self.owner)
         announced = self._ids.new("event")
         announcement = token_event(announced, token, self.registry.tokens.window_s)
@@ -144,16 +149,22 @@ class Resumable:
             self.finish()
             return
         self._pump = asyncio.create_task(self._take_detached(), name=f"pump:{self.session_id}")
+        self._detached = True
+        if (observer := self.registry.observer) is not None:
+            observer.session_detached(self.session_id)
         for evicted in self.registry.tokens.detach(self.session_id):
             self.registry.end(evicted)
         window = self.registry.tokens.window_s
         self._expiry = asyncio.get_running_loop().call_later(window, self._expire)
         log.info("session detached; resumable for %.0f s", window)
 
-    def finish(self) -> asyncio.Task[None]:
+    def finish(self, how: DetachEnd = "closed") -> asyncio.Task[None]:
         """End the session (its client ended it, its window passed, the server ends
         it): closed, given WIND_DOWN_S, then every task of it cancelled."""
         if self._finishing is None:
+            if self._detached:
+                self._detached = False
+                self.registry.observe_end(self.session_id, how)
             self._finishing = asyncio.create_task(self._finish(), name=f"finish:{self.session_id}")
         return self._finishing
 
@@ -181,7 +192,7 @@ class Resumable:
         self._expiry = None
         if self.attachment is None:
             log.info("session not resumed within its window: closed")
-            self.finish()
+            self.finish("expired")
 
     def _on_session_ended(self, runner: asyncio.Task[None]) -> None:
         # Attached, the connection's handler sees it end; detached, nobody would.
@@ -246,9 +257,14 @@ class NotResumed:
 class ResumeRegistry:
     """The process's resumable sessions by id, and their tokens."""
 
-    def __init__(self, tokens: ResumeTokens) -> None:
+    def __init__(self, tokens: ResumeTokens, observer: Observer | None = None) -> None:
         self.tokens = tokens
+        self.observer = observer
         self._by_id: dict[str, Resumable] = {}
+
+    def observe_end(self, session_id: str, how: DetachEnd) -> None:
+        if self.observer is not None:
+            self.observer.detach_ended(session_id, how)
 
     def add(self, resumable: Resumable) -> None:
         self._by_id[resumable.session_id] = resumable

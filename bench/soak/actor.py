@@ -9,10 +9,13 @@ reconnects."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from websockets.exceptions import InvalidStatus
 
 from bench.soak.audio import CHUNK_MS, Audio, Utterance
 from bench.soak.tally import Tally
@@ -21,6 +24,9 @@ from bench.soak.wire import Conn
 ANSWER_TIMEOUT_S = 15.0  # for a response to a turn, end to end
 ACK_TIMEOUT_S = 5.0  # for an acknowledgement (session.updated, error, ...)
 LIFE_ACTIONS = (5, 40)  # actions on one connection before a polite close
+RESUMABLE_EVERY = 2  # every second user asks for resumable sessions
+RESUME_SHARE = 0.75  # of their drops, those taken back (the rest wait out the window)
+RESUME_AFTER_S = (0.1, 3.0)  # how long the network is gone before a resume
 MAX_SLIP_S = 0.2  # a sender this far behind its schedule restarts it (no burst)
 
 # Relative weights of the actions.
@@ -88,6 +94,10 @@ class Actor:
         self.next_send = 0.0
         self.serial = 0
         self.conn: Conn | None = None
+        # Parley's resume extension: this user's sessions are resumable, and the
+        # token and last event to take the dropped one back with
+        self.resumable = index % RESUMABLE_EVERY == 0
+        self.comeback: tuple[str, str | None] | None = None
         self.actions: dict[str, Callable[[Conn], Awaitable[None]]] = {
             "speech": self.speech,
             "barge_in": self.barge_in,
@@ -103,13 +113,32 @@ class Actor:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    async def connect(self) -> Conn:
+        """A new session, or the dropped one taken back (a refusal counted, then a
+        new one)."""
+        if self.comeback is not None:
+            (token, last_event_id), self.comeback = self.comeback, None
+            query = f"resume_token={token}" + (
+                f"&last_event_id={last_event_id}" if last_event_id else ""
+            )
+            try:
+                conn = await Conn.open(with_query(self.url, query), self.tally, self.api_key)
+            except InvalidStatus as refused:
+                body = refused.response.body or b"{}"
+                self.tally.resumes[str(json.loads(body).get("error", {}).get("code"))] += 1
+            else:
+                self.tally.resumes["resumed"] += 1
+                return conn
+        url = with_query(self.url, "resume=true") if self.resumable else self.url
+        return await Conn.open(url, self.tally, self.api_key)
+
     async def run(self) -> None:
         # Users arrive spread over the first seconds, not all in one instant.
         await asyncio.sleep(self.rng.uniform(0, 2.0))
         names, weights = list(WEIGHTS), list(WEIGHTS.values())
         while self.left() > 0:
             try:
-                conn = await Conn.open(self.url, self.tally, self.api_key)
+                conn = await self.connect()
             except Exception as exc:
                 self.tally.connect_failures += 1
                 self.tally.connect_failure_example = self.tally.connect_failure_example or repr(exc)
@@ -356,4 +385,14 @@ class Actor:
         for chunk in utterance.chunks[: self.rng.randint(1, len(utterance.chunks))]:
             await self.paced(conn, chunk)
         await conn.abort()
+        if self.resumable and conn.resume_token is not None:
+            if self.rng.random() < RESUME_SHARE:
+                self.comeback = (conn.resume_token, conn.last_event_id)
+                await asyncio.sleep(self.rng.uniform(*RESUME_AFTER_S))
+            else:
+                self.tally.resumes["abandoned"] += 1
         raise Dropped
+
+
+def with_query(url: str, query: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{query}"

@@ -31,6 +31,7 @@ def build(options: Options, outcome: Outcome, machine: dict[str, Any]) -> dict[s
         "timeout_examples": tally.timeout_examples,
         "response_statuses": dict(tally.statuses.most_common()),
         "barge_ins": dict(tally.barge_ins),
+        "resumes": dict(tally.resumes.most_common()),
         "connections": tally.connections,
         "connect_failures": tally.connect_failures,
         "connect_failure_example": tally.connect_failure_example,
@@ -82,6 +83,7 @@ def text(report: dict[str, Any]) -> str:
         ("response statuses", "response_statuses"),
         ("actions", "actions"),
         ("timeouts (no answer within the action's wait)", "timeouts"),
+        ("drops of resumable sessions", "resumes"),
     ):
         lines += ["", title]
         counts = report[key]

@@ -20,6 +20,9 @@ class Tally:
     timeout_examples: dict[str, list[str]] = field(default_factory=dict)  # the events before
     statuses: Counter[str] = field(default_factory=Counter)  # response.done statuses
     barge_ins: Counter[str] = field(default_factory=Counter)  # "cancelled" / "finished first"
+    # Drops of resumable sessions: "resumed", "abandoned" (never taken back: the
+    # session waits out its window), or the refusal's code
+    resumes: Counter[str] = field(default_factory=Counter)
     latency_ms: dict[str, list[float]] = field(default_factory=dict)
     connections: int = 0
     connect_failures: int = 0

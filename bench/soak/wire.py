@@ -40,6 +40,9 @@ class Conn:
         self.last_committed_t: float | None = None
         self.errors = 0
         self.closed = False  # no more events will come
+        # Parley's resume extension: the newest token, and the last event processed
+        self.resume_token: str | None = None
+        self.last_event_id: str | None = None
         self.ended = False  # we have finished with it and counted its close
         self._changed = asyncio.Event()
         self._reader = asyncio.create_task(self._read())
@@ -93,6 +96,9 @@ class Conn:
 
     def _handle(self, event: dict[str, Any], now: float) -> None:
         kind = str(event.get("type"))
+        self.last_event_id = event.get("event_id", self.last_event_id)
+        if kind == "parley.resume_token":
+            self.resume_token = event["resume_token"]
         if kind != "response.output_audio.delta":
             self.recent.append(kind)
         self.counts[kind] = self.counts.get(kind, 0) + 1

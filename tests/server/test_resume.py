@@ -15,6 +15,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from server.resume import TOKEN_EVENT, ResumeRegistry
+from tests.support.scrape import Samples, parse, value
 from tests.support.servers import RunningServer, ServerFactory
 
 Event = dict[str, Any]
@@ -106,6 +107,11 @@ async def settle(check: Any) -> None:
             await asyncio.sleep(0.01)
 
 
+async def scrape(server: RunningServer, headers: dict[str, str]) -> Samples:
+    async with httpx.AsyncClient(base_url=server.http_url, trust_env=False) as http:
+        return parse((await http.get("/metrics", headers=headers)).text)
+
+
 def audio_of(events: list[Event]) -> str:
     return "".join(e["delta"] for e in events if e["type"] == "response.output_audio.delta")
 
@@ -188,6 +194,7 @@ async def test_a_token_is_good_once_and_only_with_its_key(
     drop(ws)
     await settle(lambda: registry(apps).detached == 1)
 
+    assert value(await scrape(server, mine), "parley_sessions_detached") == 1
     theirs = {"Authorization": "Bearer sk-another-key"}
     status, error = await refusal(server, f"?resume_token={token}", theirs)
     assert (status, error["code"], error["param"]) == (404, "resume_token_invalid", "resume_token")
@@ -196,6 +203,10 @@ async def test_a_token_is_good_once_and_only_with_its_key(
     assert (status, error["code"]) == (404, "resume_token_invalid")
     status, error = await refusal(server, "?resume_token=rt_made_up", mine)
     assert (status, error["code"]) == (404, "resume_token_invalid")
+    samples = await scrape(server, mine)
+    assert value(samples, "parley_sessions_detached") == 0
+    assert value(samples, "parley_detached_sessions_ended_total", how="resumed") == 1
+    assert value(samples, "parley_resumes_refused_total", code="resume_token_invalid") == 3
 
     # Closed on purpose (1000): the session ends at once, its token with it.
     await back.close()
@@ -237,6 +248,9 @@ async def test_a_session_not_resumed_within_its_window_is_closed(
     hub = apps[-1].state.hub
     await settle(lambda: registry(apps).detached == 1)
     await settle(lambda: hub.sessions == 0)  # its seat is freed once it is closed
+    samples = await scrape(server, {})
+    assert value(samples, "parley_detached_sessions_ended_total", how="expired") == 1
+    assert value(samples, "parley_sessions_detached") == 0
     status, error = await refusal(server, f"?resume_token={token}")
     assert (status, error["code"]) == (404, "resume_token_invalid")
 
@@ -295,3 +309,17 @@ async def test_a_session_that_did_not_ask_is_not_resumable(
     await settle(lambda: apps[-1].state.hub.sessions == 0)
     status, error = await refusal(server, "?resume=maybe")
     assert (status, error["code"], error["param"]) == (400, "invalid_value", "resume")
+
+
+async def test_the_drain_ends_detached_sessions(serve: ServerFactory, apps: list[FastAPI]) -> None:
+    server = await serve(drain_timeout_s=5)
+    ws, _, _ = await open_resumable(server)
+    await long_answer(ws)
+    await until(ws, "response.output_audio.delta", [])
+    drop(ws)
+    await settle(lambda: registry(apps).detached == 1)
+    hub = apps[-1].state.hub
+    await asyncio.wait_for(hub.drain(), 10)  # the answer ends into the journal, then it
+    assert hub.sessions == 0
+    samples = await scrape(server, {})
+    assert value(samples, "parley_detached_sessions_ended_total", how="closed") == 1
