@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from models.base import PCM_RATE
+from models.base import PCM_RATE, PromptImage
 
 Role = Literal["user", "assistant", "system"]
 Status = Literal["in_progress", "completed", "incomplete"]
@@ -83,6 +83,7 @@ class Item:
     released_samples: int | None = None
     transcript: str = ""
     text: str | None = None  # typed text (user, system) or a text-only answer
+    images: tuple[PromptImage, ...] = ()  # a user message's, checked (engine/images.py)
     marks: list[TranscriptMark] = field(default_factory=list)
     kind: ItemKind = "message"
     call_id: str | None = None
@@ -115,6 +116,8 @@ class Item:
             self.audio = None
 
     def _content(self, with_audio: bool) -> list[dict[str, Any]]:
+        """The content parts; audio and image data only `with_audio` (retrieve): the
+        client sent them, and added/done would carry them twice more."""
         audio = None
         if with_audio and self.audio is not None:
             audio = base64.b64encode(self.audio.tobytes()).decode("ascii")
@@ -126,6 +129,11 @@ class Item:
             parts: list[dict[str, Any]] = []
             if self.text is not None:
                 parts.append({"type": "input_text", "text": self.text})
+            for image in self.images:
+                shown: dict[str, Any] = {"type": "input_image", "detail": image.detail}
+                if with_audio:
+                    shown["image_url"] = image.data_url
+                parts.append(shown)
             if not self.has_audio or self.role == "system":
                 return parts
             part = {"type": "input_audio", "transcript": self.transcript or None}

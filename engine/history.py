@@ -14,6 +14,10 @@ count (`max_history_items`) and by text (`max_history_text_chars`), far beyond w
 any prompt reads (the cascade reads 8 turns, an audio model's prompt a 4096-token
 context): past either, the oldest items are dropped, and the client is told with
 `conversation.item.deleted` as if it had deleted them.
+
+Images (a user message's, for an executor that sees) are bounded apart and never
+dropped to make room: an item that would take the conversation past
+`max_history_images` is refused (engine/images.py).
 """
 
 from __future__ import annotations

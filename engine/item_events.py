@@ -17,6 +17,7 @@ from openai.types.realtime.realtime_server_event import ConversationItemRetrieve
 from engine import protocol
 from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Ids
+from engine.images import NO_IMAGES, ImageRules, images_held, over_held
 from engine.items import item_from_wire
 from engine.playback import Playback
 from engine.responder import Responder
@@ -32,12 +33,14 @@ class ItemEvents:
         ids: Ids,
         responder: Responder,
         playback: Playback,
+        images: ImageRules = NO_IMAGES,
     ) -> None:
         self._conversation = conversation
         self._emit = emit
         self._ids = ids
         self._responder = responder
         self._playback = playback  # what was sent of an item bounds its truncation
+        self.images = images  # what a user message may show
 
     def _get(self, item_id: str, event_id: str | None) -> Item:
         item = self._conversation.get(item_id)
@@ -48,7 +51,13 @@ class ItemEvents:
         return item
 
     def create(self, event: protocol.ConversationItemCreate) -> None:
-        item = item_from_wire(event.item, self._ids.new, event_id=event.event_id)
+        item = item_from_wire(
+            event.item, self._ids.new, event_id=event.event_id, images=self.images
+        )
+        full = over_held(self.images, images_held(self._conversation.items), len(item.images))
+        if full is not None:
+            full += " Delete an item with images first."
+            raise protocol.ProtocolError("invalid_value", full, "item.content", event.event_id)
         if item.kind == "mcp_approval_response":
             asked = self._conversation.get(item.mcp.approval_request_id or "")
             if asked is None or asked.kind != "mcp_approval_request":

@@ -10,8 +10,9 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.conversation import Item, McpFields
+from engine.images import NO_IMAGES, ImageRefused, ImageRules, checked_image
 from engine.protocol import ItemIn, ProtocolError
-from models.base import PCM_RATE, PromptItem, SpeechHint
+from models.base import PCM_RATE, PromptImage, PromptItem, SpeechHint
 
 
 def item_from_wire(
@@ -21,11 +22,13 @@ def item_from_wire(
     param: str = "item",
     event_id: str | None = None,
     rate: int = PCM_RATE,
+    images: ImageRules = NO_IMAGES,
 ) -> Item:
     """A conversation item from the client's description of one.
 
     GA content types (`engine.protocol` has renamed beta's); user audio is base64
-    16-bit PCM at `rate`. Raises ProtocolError naming the field.
+    16-bit PCM at `rate`; user images as `images` allows (by default none). Raises
+    ProtocolError naming the field.
     """
 
     def fail(message: str, field: str, code: str = "invalid_value") -> ProtocolError:
@@ -71,6 +74,7 @@ def item_from_wire(
         raise missing("content")
     item = Item(item_id, wire.role)
     texts: list[str] = []
+    shown: list[PromptImage] = []
     for i, part in enumerate(wire.content):
         where = f"content[{i}]"
         if wire.role == "assistant":
@@ -83,13 +87,25 @@ def item_from_wire(
         elif part.type == "input_text":
             texts.append(part.text or "")
         elif part.type == "input_image" and wire.role == "user":
-            # No executor sees: the whole item is refused, none of it added.
-            raise fail(
-                "The session's model cannot see images: input_image content is not "
-                "supported; describe the image in input_text instead.",
-                where,
-                "unsupported_content",
-            )
+            # Any image refused refuses the whole item: none of it is added.
+            if not images.sees:
+                raise fail(
+                    f"Item '{item_id}' {where} is an input_image, and the session's model "
+                    "cannot see images; describe the image in input_text instead.",
+                    where,
+                    "unsupported_content",
+                )
+            if len(shown) == images.max_per_item:
+                raise fail(
+                    f"An item may show at most {images.max_per_item} images; {where} is one more.",
+                    where,
+                )
+            try:
+                shown.append(
+                    checked_image(part.image_url, part.file_id, part.detail, images.max_bytes)
+                )
+            except ImageRefused as refused:
+                raise fail(refused.message, f"{where}.{refused.field}") from None
         elif part.type == "input_audio" and wire.role == "user":
             if part.audio is not None:
                 item.audio = _pcm(part.audio, f"{param}.{where}.audio", event_id)
@@ -99,13 +115,14 @@ def item_from_wire(
             raise fail(f"{wire.role.title()} content cannot be '{part.type}'.", f"{where}.type")
     if texts:
         item.text = " ".join(texts)
+    item.images = tuple(shown)
     return item
 
 
 def prompt_item(item: Item, hint: SpeechHint | None = None) -> PromptItem:
     """What an executor sees of a message or function call item: user audio as
     audio (with the session's `hint` for its recognition), text and transcripts as
-    text, function calls and their outputs as they are."""
+    text, user images as images, function calls and their outputs as they are."""
     assert item.kind in ("message", "function_call", "function_call_output"), item.kind
     text = item.text if item.text is not None else (item.transcript or None)
     return PromptItem(
@@ -115,6 +132,7 @@ def prompt_item(item: Item, hint: SpeechHint | None = None) -> PromptItem:
         rate=item.rate,
         hint=hint if item.role == "user" and item.audio is not None else None,
         text=text,
+        images=item.images,
         kind=item.kind,  # narrowed by the assert
         call_id=item.call_id,
         name=item.name,

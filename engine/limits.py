@@ -32,6 +32,15 @@ class EngineLimits:
     # (told as `conversation.item.deleted`).
     max_history_items: int = 1000
     max_history_text_chars: int = 1_000_000
+    # A user message's images, for an executor that sees (engine/images.py): the
+    # bytes of one, how many one item shows and how many the conversation holds; an
+    # item past any is refused whole. 4 MiB takes a camera photo as JPEG or a
+    # full-HD screenshot as PNG, more than a vision model reads (it scales images
+    # to about a megapixel); kept as base64, 8 of them are ~45 MB a session at
+    # most, as much as a full input audio buffer.
+    max_image_bytes: int = 4 << 20
+    max_images_per_item: int = 4
+    max_history_images: int = 8
     # Audio reaches the VAD, which every session shares, at most this many times real
     # time once a burst of `ingest_burst_s` of audio is spent (engine/ingest_pace.py);
     # 0: as fast as it comes.

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from engine import protocol
 from engine.conversation import Conversation, Item
+from engine.images import NO_IMAGES, ImageRules, over_held
 from engine.items import item_from_wire, prompt_items
 from engine.observer import ResponseStatus
 from engine.prompts import with_prompt
@@ -48,10 +49,14 @@ class ResponseRequest:
 
 
 def request_from_create(
-    event: protocol.ResponseCreate, conversation: Conversation, new_id: Callable[[str], str]
+    event: protocol.ResponseCreate,
+    conversation: Conversation,
+    new_id: Callable[[str], str],
+    images: ImageRules = NO_IMAGES,
 ) -> ResponseRequest:
     """The request a client's `response.create` makes; raises ProtocolError naming
-    the field that is wrong."""
+    the field that is wrong. New input items may show `images`, as many in all as
+    a conversation may hold."""
     r = event.response or protocol.ResponseIn()
     if r.conversation not in (None, "auto", "none"):
         raise protocol.ProtocolError(
@@ -71,9 +76,16 @@ def request_from_create(
     inputs = None
     if r.input is not None:
         inputs = tuple(
-            _input_item(item, f"response.input[{i}]", event.event_id, conversation, new_id)
+            _input_item(item, f"response.input[{i}]", event.event_id, conversation, new_id, images)
             for i, item in enumerate(r.input)
         )
+        new = sum(
+            len(item.images)
+            for item, wire in zip(inputs, r.input, strict=True)
+            if wire.type != "item_reference"
+        )
+        if (full := over_held(images, 0, new)) is not None:
+            raise protocol.ProtocolError("invalid_value", full, "response.input", event.event_id)
     return ResponseRequest(
         from_client=True,
         event_id=event.event_id,
@@ -95,6 +107,7 @@ def _input_item(
     event_id: str | None,
     conversation: Conversation,
     new_id: Callable[[str], str],
+    images: ImageRules,
 ) -> Item:
     """An item of `response.create` input: a reference to the conversation, or
     a new item that is used for this response only."""
@@ -105,7 +118,7 @@ def _input_item(
                 "item_not_found", f"Item '{wire.id}' does not exist.", f"{param}.id", event_id
             )
         return found
-    return item_from_wire(wire, new_id, param=param, event_id=event_id)
+    return item_from_wire(wire, new_id, param=param, event_id=event_id, images=images)
 
 
 @dataclass

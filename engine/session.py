@@ -49,6 +49,7 @@ from engine.emitter import Emitter, Flush, Ids, Outbox, OutboxOverflow
 from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.held_speech import Drop, HearingDone, HeldSpeech, Interrupt, OffLoopHearing
 from engine.history import audio_to_release, items_to_drop
+from engine.images import ImageRules
 from engine.ingest_pace import IngestPace
 from engine.input_audio import InputAudio
 from engine.input_buffer import InputBuffer
@@ -198,8 +199,9 @@ class Session:
         )
         self._busy = False
         self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
+        images = ImageRules.of(executor.sees_images, self.limits)
         self.items = ItemEvents(
-            self.conversation, self.emit, self.ids, self.responder, self.playback
+            self.conversation, self.emit, self.ids, self.responder, self.playback, images
         )
         self.transcription = InputTranscription(
             executor, self.emit, self.conversation, self._post, self.limits.partial_transcript_ms
@@ -344,7 +346,9 @@ class Session:
             case protocol.SessionUpdate():
                 self._on_session_update(m)
             case protocol.ResponseCreate():
-                self.responder.request(request_from_create(m, self.conversation, self.ids.new))
+                self.responder.request(
+                    request_from_create(m, self.conversation, self.ids.new, self.items.images)
+                )
             case protocol.ResponseCancel():
                 await self.responder.cancel(m)
             case protocol.ConversationItemTruncate():

@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from models.base import Prompt, PromptItem, Tool
+from models.base import Prompt, PromptImage, PromptItem, Tool
 from models.speech.audio import resample_int16
 from models.tool_text import call_text, result_text, tools_block
 
@@ -42,6 +42,11 @@ DEFAULT_SYSTEM = (
     "Do not use lists, markdown or emoji."
 )
 TokenCounter = Callable[[str], int]
+# What one image of a user message takes, estimated (images go only to a backend
+# that sees, models/openai_compat.py, whose server counts them): vision-language
+# models scale an image to about a megapixel, ~1300 tokens for Qwen2.5-VL (28-pixel
+# patches merged in fours).
+IMAGE_TOKENS = 1300
 # The styles whose models read tools in the prompt and write calls in the Hermes
 # format (ChatML models: Qwen's chat templates; models/tool_text.py).
 TOOL_STYLES: tuple[PromptStyle, ...] = ("qwen2_audio", "minicpmo")
@@ -139,6 +144,7 @@ class Turn:
     text: str = ""
     audio: np.ndarray | None = None  # float32 at 16 kHz
     tool: ToolTurn | None = None
+    images: tuple[PromptImage, ...] = ()  # a user's, for a chat backend that sees
 
 
 @dataclass(frozen=True)
@@ -277,6 +283,8 @@ def build_audio_prompt(
         role: Literal["user", "assistant"] = "assistant" if item.role == "assistant" else "user"
         if item.kind == "function_call_output":
             role = "user"
+        images = item.images  # they go with the turn, whether heard or read
+        pictures = IMAGE_TOKENS * len(images)
         turn: Turn | None = None
         if item.audio is not None and len(item.audio) and item.kind == "message":
             audio = to_model_audio(item.audio, item.rate)
@@ -284,18 +292,19 @@ def build_audio_prompt(
                 audio = audio[-int(spec.max_clip_s * MODEL_RATE) :]
             frame = count_tokens(render_turn(style, Turn(role, audio=audio), clips + 1))
             if item.id == latest_audio:
-                room = budget - used - frame
+                room = budget - used - frame - pictures
                 fits = int((room - 1) / spec.audio_tokens_per_s * MODEL_RATE)
                 if fits < MODEL_RATE // 4:  # under a quarter second: nothing to answer
                     raise PromptTooLong(
                         f"the latest turn does not fit the {budget}-token context budget"
                     )
                 audio = audio[-fits:]
-                turn = Turn(role, audio=audio)
-            elif clips < max_audio and used + frame + audio_cost(len(audio)) <= budget:
-                turn = Turn(role, audio=audio)
+                turn = Turn(role, audio=audio, images=images)
+            elif clips < max_audio and used + frame + audio_cost(len(audio)) + pictures <= budget:
+                turn = Turn(role, audio=audio, images=images)
         if turn is not None and turn.audio is not None:
             used += count_tokens(render_turn(style, turn, clips + 1)) + audio_cost(len(turn.audio))
+            used += pictures
             clips += 1
             kept.append(turn)
             continue
@@ -303,9 +312,10 @@ def build_audio_prompt(
         if not text:
             if item.audio is not None:
                 break  # audio we can neither fit nor read: the history ends here
-            continue
-        turn = Turn(role, text=text, tool=_tool_of(item))
-        cost = count_tokens(render_turn(style, turn, 0, tools=bool(tools)))
+            if not images:
+                continue
+        turn = Turn(role, text=text, tool=_tool_of(item), images=images)
+        cost = count_tokens(render_turn(style, turn, 0, tools=bool(tools))) + pictures
         if used + cost > budget:
             break
         used += cost

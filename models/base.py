@@ -55,6 +55,18 @@ class Heard:
     logprobs: tuple[TokenLogprob, ...] | None = None
 
 
+ImageDetail = Literal["auto", "low", "high"]
+
+
+@dataclass(frozen=True)
+class PromptImage:
+    """An image a user message shows: a `data:` URL of a PNG, JPEG, WEBP or GIF
+    whose bytes the engine checked (never a URL to fetch), and the client's `detail`."""
+
+    data_url: str
+    detail: ImageDetail = "auto"
+
+
 @dataclass(frozen=True)
 class PromptItem:
     id: str
@@ -68,6 +80,7 @@ class PromptItem:
     arguments: str | None = None  # function_call, JSON text
     output: str | None = None  # function_call_output
     hint: SpeechHint | None = None  # user audio: the session's transcription settings
+    images: tuple[PromptImage, ...] = ()  # user messages, for executors that `sees_images`
 
 
 @dataclass(frozen=True)
@@ -178,6 +191,9 @@ class Executor(ABC):
     name: str = "executor"
     output_rate: int = PCM_RATE
     stats: ExecutorStats  # set by each executor
+    # The model reads `PromptItem.images`; otherwise the engine refuses a user
+    # message's images, so no prompt ever holds one the model would not see.
+    sees_images: bool = False
 
     @property
     def queued(self) -> int:

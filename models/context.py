@@ -9,7 +9,7 @@ text at `estimate_tokens`' three characters a token, which errs high.
 Audio is estimated everywhere: a model that reads the transcript (the cascade, a
 text backend) reads some `SPOKEN_TOKENS_PER_S` a second of speech while the
 transcript is not known yet; an audio model reads its encoder's rate
-(models/audio_prompt.py STYLES).
+(models/audio_prompt.py STYLES). So are images, `IMAGE_TOKENS` each.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from models.audio_prompt import estimate_tokens
+from models.audio_prompt import IMAGE_TOKENS, estimate_tokens
 from models.base import Prompt, PromptItem
 
 # Speech runs at some 150 words a minute, about 1.3 tokens a word: 3.3 tokens a
@@ -82,8 +82,9 @@ def count_prompt(
 
     def one(item: PromptItem) -> int:
         text = item_text(item, known)
+        pictures = IMAGE_TOKENS * len(item.images)
         if text is None and item.audio is not None:
-            return frame + math.ceil(len(item.audio) / item.rate * audio_tokens_per_s)
-        return frame + count_text(text or "")
+            return frame + pictures + math.ceil(len(item.audio) / item.rate * audio_tokens_per_s)
+        return frame + pictures + count_text(text or "")
 
     return PromptTokens(instructions, tuple(one(i) for i in prompt.items), exact)

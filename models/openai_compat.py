@@ -2,10 +2,12 @@
 
 `vllm serve`, vLLM-Omni and others answer `/v1/chat/completions`; Parley sends the
 conversation with the user's turns as `input_audio` parts (16 kHz WAV, base64) and
-reads the answer as it streams (SSE). When the backend returns audio (vLLM-Omni or
-OpenAI with `modalities: ["text", "audio"]`, asked for with `audio_output`), that
-audio is played; otherwise Parley's own TTS stage speaks the text sentence by
-sentence.
+reads the answer as it streams (SSE). A user message's images go beside its text
+and audio as `image_url` parts (data: URLs) when the deployer says the served model
+sees (`vision`; Parley cannot tell); otherwise the engine refuses them. When the
+backend returns audio (vLLM-Omni or OpenAI with `modalities: ["text", "audio"]`,
+asked for with `audio_output`), that audio is played; otherwise Parley's own TTS
+stage speaks the text sentence by sentence.
 
 Failures end the response `failed` with a message saying which backend did what;
 the session lives on. Until the first byte of an answer, a failed attempt (refused,
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from models.audio_prompt import MODEL_RATE, STYLES, AudioPrompt, build_audio_prompt
+from models.audio_prompt import MODEL_RATE, STYLES, AudioPrompt, Turn, build_audio_prompt
 from models.base import PCM_RATE, FunctionCall, OutputChunk, Prompt
 from models.chat_backends import (
     Attempt,
@@ -67,6 +69,7 @@ class BackendOptions(ServerOptions):
     max_context_tokens: int = 8192  # the backend's context length, for the history
     max_audio_items: int = 1  # audio parts per request (vLLM: --limit-mm-per-prompt)
     audio_output: bool = False  # ask the backend for speech (vLLM-Omni, OpenAI)
+    vision: bool = False  # the served model sees images (a vision-language model)
     voice: str = "alloy"
 
 
@@ -105,13 +108,26 @@ def chat_messages(prompt: AudioPrompt) -> list[dict[str, Any]]:
             called.add(tool.call_id)
         elif tool is not None and tool.call_id in called:  # its result
             messages.append({"role": "tool", "tool_call_id": tool.call_id, "content": tool.output})
-        elif turn.audio is not None:
-            audio = {"data": wav_base64(turn.audio), "format": "wav"}
-            part = {"type": "input_audio", "input_audio": audio}
-            messages.append({"role": turn.role, "content": [part]})
+        elif turn.audio is not None or turn.images:
+            messages.append({"role": turn.role, "content": content_parts(turn)})
         else:
             messages.append({"role": turn.role, "content": turn.text})
     return messages
+
+
+def content_parts(turn: Turn) -> list[dict[str, Any]]:
+    """A user turn with audio or images as chat content parts: its text, its images
+    (data: URLs, as the client sent them), its audio."""
+    parts: list[dict[str, Any]] = []
+    if turn.text:
+        parts.append({"type": "text", "text": turn.text})
+    for image in turn.images:
+        url = {"url": image.data_url, "detail": image.detail}
+        parts.append({"type": "image_url", "image_url": url})
+    if turn.audio is not None:
+        audio = {"data": wav_base64(turn.audio), "format": "wav"}
+        parts.append({"type": "input_audio", "input_audio": audio})
+    return parts
 
 
 def chat_tool_choice(choice: str) -> str | dict[str, Any]:
@@ -186,6 +202,7 @@ class OpenAICompatExecutor(TextThenSpeechExecutor[_Request]):
             raise ValueError("openai_compat needs at least one backend URL")
         super().__init__(speaker, recognizer=recognizer, owns_tts=owns_tts)
         self.options = options
+        self.sees_images = options.vision
         self.stats = BackendStats()
         self.server = Server(options, clock)
         self.replicas = self.server.replicas

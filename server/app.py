@@ -141,6 +141,7 @@ def make_hosted_executor(settings: Settings) -> Executor:
         max_output_tokens=settings.max_output_tokens,
         max_context_tokens=settings.max_model_len,
         audio_output=settings.backend_audio,
+        vision=settings.backend_vision,
     )
     return build_openai_compat(backend, voice)
 

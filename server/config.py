@@ -43,14 +43,17 @@ class Settings(BaseSettings):
     max_model_len: int = Field(default=4096, ge=256)
     # openai_compat: backend base URLs (PARLEY_BACKEND_URL=url1,url2; each session
     # sticks to one), the model to ask for (default: the first the backend lists),
-    # its key, timeouts, retries before the answer starts, and whether to ask the
-    # backend for speech (vLLM-Omni) instead of synthesizing it here.
+    # its key, timeouts, retries before the answer starts, whether to ask the
+    # backend for speech (vLLM-Omni) instead of synthesizing it here, and whether the
+    # served model sees images (a vision-language model: clients' `input_image` is
+    # then sent to it; Parley cannot tell, so off refuses them).
     backend_url: Annotated[list[str], NoDecode] = []
     backend_model: str | None = None
     backend_api_key: str | None = None
     backend_timeout_s: float = Field(default=60.0, gt=0)
     backend_retries: int = Field(default=2, ge=0)
     backend_audio: bool = False
+    backend_vision: bool = False
     # Cascade: Whisper `tiny.en` (bundled), `base` (the [accurate] extra) or a
     # CTranslate2 Whisper directory; a Llama, Qwen2 or Gemma GGUF (default: the
     # bundled SmolLM2-135M-Instruct); the synthesizer and a Piper VOICE.onnx.

@@ -292,6 +292,9 @@ class ContentIn(_Loose):
     text: str | None = None
     audio: str | None = None  # base64, in the session's input format
     transcript: str | None = None
+    image_url: str | None = None  # input_image: a data: URL (engine/images.py)
+    detail: Literal["auto", "low", "high"] | None = None
+    file_id: str | None = None  # input_image: refused, there is no files API
 
 
 class ItemIn(_Loose):

@@ -353,25 +353,3 @@ async def test_a_prompt_applies_and_an_unknown_one_leaves_the_session_as_it_was(
         "session.prompt.id",
         "e2",
     )
-
-
-async def test_an_image_is_refused_naming_its_part_and_no_item_is_added() -> None:
-    content = [
-        {"type": "input_text", "text": "What is this?"},
-        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
-    ]
-    async with Harness() as h:
-        item = {"type": "message", "role": "user", "content": content}
-        await h.send({"type": "conversation.item.create", "event_id": "e1", "item": item})
-        text_only = {**item, "content": content[:1]}
-        await h.send({"type": "conversation.item.create", "item": text_only})
-        await h.settle()
-    (error,) = h.errors()
-    assert (error["code"], error["param"], error["event_id"]) == (
-        "unsupported_content",
-        "item.content[1]",
-        "e1",
-    )
-    assert "cannot see images" in error["message"]
-    (added,) = h.of("conversation.item.added")  # the session lives on; the bad item is not in it
-    assert added["item"]["content"] == [{"type": "input_text", "text": "What is this?"}]

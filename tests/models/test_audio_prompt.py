@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from models.audio_prompt import (
+    IMAGE_TOKENS,
     MODEL_RATE,
     STYLES,
     PromptTooLong,
@@ -18,7 +19,7 @@ from models.audio_prompt import (
     style_of_model_dir,
     tokenizer_counter,
 )
-from models.base import Prompt, PromptItem
+from models.base import Prompt, PromptImage, PromptItem
 from models.vllm_engine import text_prompt
 
 
@@ -166,3 +167,19 @@ def test_model_dir_style_and_tokenizer(tmp_path: Path) -> None:
     assert count is not None
     assert count("<|im_start|>") == 1
     assert 0 < count("hello there") < estimate_tokens("hello there") + 5
+
+
+def test_images_go_with_their_turns_and_count_against_the_budget() -> None:
+    picture = (PromptImage("data:image/png;base64,AAAA"),)
+    shown = PromptItem("u0", "user", images=picture)  # an image and no words
+    latest = PromptItem("u1", "user", audio=user_audio("u1", 1.0).audio, images=picture)
+    roomy = build_audio_prompt(
+        conversation(shown, latest), style="qwen2_audio", budget=3 * IMAGE_TOKENS
+    )
+    assert [t.images for t in roomy.turns] == [picture, picture]
+    assert roomy.turns[0].text == "" and roomy.turns[1].audio is not None
+    # Room for the latest turn and its image only: the older image is left out.
+    tight = build_audio_prompt(
+        conversation(shown, latest), style="qwen2_audio", budget=IMAGE_TOKENS + 100
+    )
+    assert [t.images for t in tight.turns] == [picture]

@@ -12,7 +12,8 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from models.base import Prompt, PromptItem
+from models.audio_prompt import IMAGE_TOKENS
+from models.base import Prompt, PromptImage, PromptItem
 from models.context import CHAT_FRAME_TOKENS
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
 from models.speech.slots import StageSlots
@@ -65,3 +66,12 @@ def test_a_remote_backend_estimates_and_says_so() -> None:
     assert not tokens.exact
     assert tokens.items[0] == -(-len("what is the weather") // 3) + FRAME  # 3 characters a token
     assert ex.context_limit(prompt(max_output_tokens=50)) == 1950
+
+
+def test_each_image_counts_its_estimate() -> None:
+    options = BackendOptions(urls=("http://127.0.0.1:1",), vision=True)
+    ex = OpenAICompatExecutor(options, speaker())
+    pictures = (PromptImage("data:image/png;base64,AAAA"),) * 2
+    shown = PromptItem("u1", "user", text="what is this", images=pictures)
+    tokens = ex.prompt_tokens(Prompt("r", "be brief", (shown,)))
+    assert tokens.items == (2 * IMAGE_TOKENS + 4 + FRAME,)  # "what is this": 4 tokens

@@ -18,7 +18,7 @@ import pytest
 from bench.fakes.openai import FakeOpenAI, running_fake_openai
 from bench.fakes.speech import running_fake_speech
 from bench.speech import load_wav
-from models.base import OutputChunk, Prompt, PromptItem
+from models.base import OutputChunk, Prompt, PromptImage, PromptItem
 from models.chat_backends import session_key
 from models.openai_compat import BackendOptions, OpenAICompatExecutor
 from models.remote_http import RemoteError, RemoteOptions, api_base, rendezvous
@@ -114,6 +114,30 @@ async def test_backend_audio_is_played_not_resynthesized(fake: FakeOpenAI) -> No
     words = transcript(chunks).split(" ")
     assert len(chunks) == len(words)  # each audio delta as it came, with its transcript
     assert all(c.audio is not None and len(c.audio) == 2400 for c in chunks)
+
+
+async def test_images_go_as_image_url_parts_beside_the_text_and_audio(fake: FakeOpenAI) -> None:
+    png = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    jpeg = "data:image/jpeg;base64," + base64.b64encode(b"\xff\xd8\xff").decode()
+    earlier = PromptItem("item_0", "user", text="Look.", images=(PromptImage(png, "low"),))
+    latest = PromptItem(
+        "item_1", "user", audio=load_wav("weather"), images=(PromptImage(jpeg, "auto"),)
+    )
+    ex = executor(fake.url("a"), vision=True)
+    assert ex.sees_images and not executor(fake.url("a")).sees_images  # off unless said
+    try:
+        await collect(ex, Prompt("resp_abcdef000001", "Be brief.", (earlier, latest)))
+    finally:
+        await ex.aclose()
+    messages = fake.requests[0][1]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "user"]
+    assert messages[1]["content"] == [
+        {"type": "text", "text": "Look."},
+        {"type": "image_url", "image_url": {"url": png, "detail": "low"}},
+    ]
+    image, audio = messages[2]["content"]
+    assert image == {"type": "image_url", "image_url": {"url": jpeg, "detail": "auto"}}
+    assert audio["type"] == "input_audio" and audio["input_audio"]["format"] == "wav"
 
 
 async def test_dies_mid_stream_fails_clearly_without_retry(fake: FakeOpenAI) -> None:
