@@ -8,7 +8,8 @@
 // item itself (output_audio_buffer.* events say what it plays).
 // WebSocket: the key goes as a subprotocol, microphone audio streams as
 // input_audio_buffer.append, assistant audio plays through a jitter buffer, and
-// speech during playback stops it at once and truncates the item to what was heard.
+// speech during playback stops it at once and truncates the item to what was heard;
+// a dropped connection is taken back (Parley's resume extension, realtime.js).
 // Either way the server finds turns (server VAD) or the user holds the talk button.
 
 import { base64ToPcm, Microphone, openAudio, pcmToBase64, Player, RATE } from "./audio.js";
@@ -40,6 +41,7 @@ const app = {
   serverPlaying: null, // WebRTC: the response whose audio the server is playing
   responseItems: new Map(), // response id -> assistant item id
   ready: false, // session.created seen
+  reconnecting: false, // WebSocket: the connection dropped, the session is being taken back
   queued: [],
   sentSamples: 0,
   sentLog: [], // [{end, at}]: when each sent chunk was captured, on the input clock
@@ -176,6 +178,8 @@ async function connect() {
     app.conn = conn;
     conn.addEventListener("event", (e) => onServerEvent(e.detail));
     conn.addEventListener("close", (e) => onClosed(e.detail));
+    conn.addEventListener("reconnecting", () => setReconnecting(true));
+    conn.addEventListener("reconnected", () => setReconnecting(false));
     const protocol = await conn.open({ base: BASE, key: secret.value, stream: mic.stream });
     if (cancelled()) throw new Cancelled();
     if (webrtc) playCall(conn.remoteStream);
@@ -240,6 +244,7 @@ function teardown() {
     audioEl: null,
     serverPlaying: null,
     ready: false,
+    reconnecting: false,
     queued: [],
     userSpeaking: false,
     pttHeld: false,
@@ -257,6 +262,14 @@ function onClosed({ code, reason }) {
   if (app.phase === "disconnected") return;
   teardown();
   if (code !== 1000) setNotice(`Disconnected (${code}${reason ? `: ${reason}` : ""}).`, "error");
+}
+
+// Meanwhile the microphone keeps running and its audio is dropped (sendAudio), and
+// the answer in flight plays on from the jitter buffer: what it missed comes with the
+// session when it is back.
+function setReconnecting(reconnecting) {
+  app.reconnecting = reconnecting;
+  updateState();
 }
 
 function send(event) {
@@ -278,6 +291,9 @@ function onChunk(pcm) {
 
 function sendAudio(pcm, at) {
   if (app.transport === "webrtc") return; // the call's track carries the microphone
+  // Reconnecting: dropped, not queued (the server hears a gap rather than late audio),
+  // and not counted, so the input clock stays the server's.
+  if (!app.conn?.isOpen) return;
   if (readSettings().mode === "ptt") {
     if (!app.pttHeld) return;
     app.pttSamples += pcm.length;
@@ -318,7 +334,8 @@ function setMeter(rms, peak) {
 // --- push to talk --------------------------------------------------------------------
 
 function pttDown() {
-  if (!app.ready || app.pttHeld || readSettings().mode !== "ptt") return;
+  // Not while reconnecting: its commit would be dropped (realtime.js).
+  if (!app.ready || app.reconnecting || app.pttHeld || readSettings().mode !== "ptt") return;
   if (app.responseActive) send({ type: "response.cancel" });
   if (app.player?.active) bargeIn();
   if (app.serverPlaying) send({ type: "output_audio_buffer.clear" }); // the server's playout
@@ -592,6 +609,7 @@ function updateState() {
   let state = app.phase;
   if (app.phase === "connected") {
     if (!app.ready) state = "connecting";
+    else if (app.reconnecting) state = "reconnecting";
     else if (app.userSpeaking || app.pttHeld) state = "user speaking";
     else if (app.player?.active || app.serverPlaying) state = "assistant speaking";
     else if (app.awaiting) state = "thinking";
@@ -600,7 +618,7 @@ function updateState() {
   const slug = state.replace(" ", "-");
   if (document.body.dataset.state !== slug) {
     document.body.dataset.state = slug;
-    $("state").textContent = state;
+    $("state").textContent = state === "reconnecting" ? "reconnecting…" : state;
   }
 }
 
@@ -632,6 +650,9 @@ function init() {
   window.parley = app; // a handle for the browser console (and the tests)
   restoreSettings();
   onSettingsChanged("init");
+  // A page that goes away ends its session (1000): a resumable one would otherwise
+  // hold its seat for the resume window, and a reloaded page cannot take it back.
+  window.addEventListener("pagehide", () => app.conn?.close());
   $("connection").addEventListener("submit", (e) => {
     e.preventDefault(); // Enter in the key field connects
     if (app.phase === "disconnected") connect();

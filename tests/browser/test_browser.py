@@ -23,11 +23,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import numpy as np
+from fastapi import FastAPI
 
 from server.app import STATIC_DIR
+from server.resume import TOKEN_EVENT
 from tests.support.browser import API_KEY, TIMEOUT_MS, TIMEOUT_S, Launcher, capture_wav
 from tests.support.servers import RunningServer, ServerFactory
 
@@ -99,35 +102,43 @@ class Frame:
     at: float  # time.monotonic()
     sent: bool  # page -> server
     event: dict[str, Any]
+    socket: int  # which of the page's realtime WebSockets (an index into `urls`)
 
 
 class PageSocket:
-    """Every frame on the page's realtime WebSocket, both ways, as it happens."""
+    """Every frame on the page's realtime WebSockets (one, or more after drops), both
+    ways, as it happens."""
 
     def __init__(self, page: Page) -> None:
         self.frames: list[Frame] = []
+        self.urls: list[str] = []  # of each WebSocket, as the page opened them
         self._changed = asyncio.Event()
         page.on("websocket", self._attach)
 
     def _attach(self, ws: WebSocket) -> None:
         if "/v1/realtime" not in ws.url:
             return
-        ws.on("framesent", lambda payload: self._record(payload, sent=True))
-        ws.on("framereceived", lambda payload: self._record(payload, sent=False))
+        index = len(self.urls)
+        self.urls.append(ws.url)
+        ws.on("framesent", lambda payload: self._record(payload, index, sent=True))
+        ws.on("framereceived", lambda payload: self._record(payload, index, sent=False))
+        self._changed.set()
 
-    def _record(self, payload: str | bytes, *, sent: bool) -> None:
+    def _record(self, payload: str | bytes, index: int, *, sent: bool) -> None:
         try:
             event = json.loads(payload)
         except ValueError:
             return
-        self.frames.append(Frame(time.monotonic(), sent, event))
+        self.frames.append(Frame(time.monotonic(), sent, event, index))
         self._changed.set()
 
-    def of(self, kind: str, *, sent: bool | None = None) -> list[Frame]:
+    def of(self, kind: str, *, sent: bool | None = None, socket: int | None = None) -> list[Frame]:
         return [
             f
             for f in self.frames
-            if f.event.get("type") == kind and (sent is None or f.sent == sent)
+            if f.event.get("type") == kind
+            and (sent is None or f.sent == sent)
+            and (socket is None or f.socket == socket)
         ]
 
     async def wait_for_change(self) -> None:
@@ -136,11 +147,12 @@ class PageSocket:
         async with asyncio.timeout(TIMEOUT_S):
             await self._changed.wait()
 
-    async def wait_for(self, kind: str, *, sent: bool) -> Frame:
-        """The first frame of `kind` (in the given direction), waiting for it."""
+    async def wait_for(self, kind: str, *, sent: bool, socket: int | None = None) -> Frame:
+        """The first frame of `kind` (in the given direction, on the given socket),
+        waiting for it."""
         try:
             async with asyncio.timeout(TIMEOUT_S):
-                while not (found := self.of(kind, sent=sent)):
+                while not (found := self.of(kind, sent=sent, socket=socket)):
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
@@ -397,6 +409,96 @@ async def test_push_to_talk(serve: ServerFactory, launch: Launcher, tmp_path: Pa
     # Released: nothing was sent after the commit, while the answer came and played.
     assert all(f.at < commit.at for f in socket.of("input_audio_buffer.append"))
     assert not errors, errors
+
+
+async def test_a_dropped_websocket_is_resumed_by_the_page(
+    serve: ServerFactory, apps: list[FastAPI], launch: Launcher, tmp_path: Path
+) -> None:
+    """The page opens a resumable session; when its connection drops after an answer,
+    it says it is reconnecting, comes back by itself with its newest token and the last
+    event it processed, and the same session (its conversation so far) answers the
+    next turn on the new socket."""
+    server = await serve(api_keys=[API_KEY])
+    capture = tmp_path / "speech-looped.wav"
+    # Looped by chromium: a turn about every 7 s, its answer over well before the next.
+    capture_wav(capture, lead_s=1.0, tail_s=4.0)
+    browser = await launch(capture)
+    page, socket, errors = await open_page(browser, server)
+    await page.fill("#api-key", API_KEY)
+    await page.click("#connect")
+    await connected(page)
+    await page.wait_for_selector(".turn.assistant[data-played-ms]", timeout=TIMEOUT_MS)
+    assert parse_qs(urlsplit(socket.urls[0]).query) == {"resume": ["true"]}
+    resumes = apps[-1].state.realtime.resumes._by_id
+    ((session_id, resumable),) = resumes.items()
+    token = socket.of(TOKEN_EVENT, sent=False)[-1].event["resume_token"]
+    assert token.startswith("rt_")
+
+    # The network drops: the server's end of the socket goes, without a close frame.
+    assert resumable.attachment is not None
+    resumable.attachment.abort()
+    announced = await socket.wait_for(TOKEN_EVENT, sent=False, socket=1)
+    # Back with the newest token and the last event the page had, first told its next token.
+    received = [f for f in socket.frames if not f.sent]
+    last = [f for f in received if f.socket == 0][-1]
+    query = parse_qs(urlsplit(socket.urls[1]).query)
+    assert query == {"resume_token": [token], "last_event_id": [last.event["event_id"]]}
+    assert next(f for f in received if f.socket == 1) is announced
+    assert announced.event["resume_token"] not in (token, None)
+    # The same session, taken back: no new one was opened.
+    assert resumes == {session_id: resumable} and resumable.attachment is not None
+    assert apps[-1].state.hub.sessions == 1
+    assert not socket.of("session.created", socket=1)
+
+    # The next turn, heard and answered on the new socket, with the conversation kept.
+    done = await socket.wait_for("response.done", sent=False, socket=1)
+    assert done.event["response"]["status"] == "completed"
+    (item,) = [o["id"] for o in done.event["response"]["output"]]
+    answer = page.locator(f".turn.assistant[data-item-id='{item}'][data-played-ms]")
+    await answer.wait_for(timeout=TIMEOUT_MS)
+    text = await answer.locator(".text").inner_text()
+    heard = re.fullmatch(r"I heard \d+ samples in (\d+) items\.", text)
+    assert heard is not None and int(heard[1]) >= 3, text  # the first turn and its answer too
+    assert socket.of("input_audio_buffer.append", sent=True, socket=1)
+    await page.wait_for_selector("body[data-state=listening]", timeout=TIMEOUT_MS)
+    states = await page.evaluate("window.__states")
+    assert "reconnecting" in states, states
+    assert len(socket.urls) == 2
+    assert not errors, errors
+
+
+async def test_a_session_that_cannot_be_resumed_ends_on_the_page(
+    serve: ServerFactory, apps: list[FastAPI], launch: Launcher, tmp_path: Path
+) -> None:
+    """The connection drops and the session is gone too (here: ended on the server):
+    every resume is refused, and once its window has passed the page stops trying and
+    says the session ended."""
+    server = await serve(api_keys=[API_KEY], resume_window_s=2.0)
+    capture = tmp_path / "silence.wav"
+    capture_wav(capture, lead_s=30.0, tail_s=0.0)
+    browser = await launch(Path(f"{capture}%noloop"))
+    page, socket, errors = await open_page(browser, server)
+    await page.fill("#api-key", API_KEY)
+    await page.click("#connect")
+    await connected(page)
+    token = (await socket.wait_for(TOKEN_EVENT, sent=False)).event["resume_token"]
+    (resumable,) = apps[-1].state.realtime.resumes._by_id.values()
+    assert resumable.attachment is not None
+    resumable.attachment.abort()
+    resumable.finish()
+
+    notice = await page.wait_for_selector("#notice.error", timeout=TIMEOUT_MS)
+    assert notice is not None
+    assert "could not be resumed" in await notice.inner_text()
+    assert await page.get_attribute("body", "data-state") == "disconnected"
+    states = await page.evaluate("window.__states")
+    assert states[-2:] == ["reconnecting", "disconnected"], states
+    # It tried, with the token, until the 2 s window would have passed (0.25 + 0.5 +
+    # 1 s of waits; the next, 2 s, would end past it).
+    attempts = socket.urls[1:]
+    assert len(attempts) == 3, socket.urls
+    assert all(parse_qs(urlsplit(url).query)["resume_token"] == [token] for url in attempts)
+    assert len(errors) == 3 and all("404" in e for e in errors), errors
 
 
 async def rtc_events(page: Page, kind: str, *, sent: bool = False) -> list[dict[str, Any]]:
