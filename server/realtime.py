@@ -191,7 +191,9 @@ class RealtimeEndpoint:
                 )
                 self.resumes.add(link)
                 seat.abort, handed_on = link.abort, True
-                ending = await self._serve_resumable(ws, link, None, beta)
+                attachment = self._attach(ws, link, None, beta)
+                attachment.opened.set()
+                ending = await self._serve_resumable(ws, link, attachment)
             else:
                 ending = await self._run(ws, session, beta)
             await self._close(ws, ending)
@@ -226,27 +228,35 @@ class RealtimeEndpoint:
             )
             return
         link = claimed.resumable
-        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        beta = wants_beta(ws.headers.get(BETA_HEADER), offered)
+        # Attached before the accept's await: from the claim on, nothing else takes
+        # the session's events, so what it missed is exactly what the claim found.
+        attachment = self._attach(ws, link, claimed.missed, beta)
+        try:
+            await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        except Exception:
+            link.detach(attachment)  # gone during the handshake: its window runs out
+            raise
+        attachment.opened.set()
         session_var.set(link.session_id)
         log.info("session resumed: %d missed event(s) replayed", len(claimed.missed))
-        beta = wants_beta(ws.headers.get(BETA_HEADER), offered)
-        ending = await self._serve_resumable(ws, link, claimed.missed, beta)
+        ending = await self._serve_resumable(ws, link, attachment)
         await self._close(ws, ending)
         self.hub.closed(link.session_id, CLOSE_ABNORMAL if ending.abort else ending.code)
 
+    def _attach(
+        self, ws: WebSocket, link: Resumable, missed: tuple[Journaled, ...] | None, beta: bool
+    ) -> Attachment:
+        send = functools.partial(_send, ws, deadline=self.hub.settings.write_timeout_s)
+        convert = to_beta_text if beta else _unchanged
+        return link.attach(send, convert, functools.partial(abort_connection, ws), missed)
+
     async def _serve_resumable(
-        self,
-        ws: WebSocket,
-        link: Resumable,
-        missed: tuple[Journaled, ...] | None,
-        beta: bool,
+        self, ws: WebSocket, link: Resumable, attachment: Attachment
     ) -> Ending:
         """Serve a resumable session over this connection until the session ends
         (closed as `_run` closes it), the client ends it (1000), or the connection
         drops or is taken over (the session is detached, or stays with the new one)."""
-        send = functools.partial(_send, ws, deadline=self.hub.settings.write_timeout_s)
-        convert = to_beta_text if beta else _unchanged
-        attachment = link.attach(send, convert, functools.partial(abort_connection, ws), missed)
         reader = asyncio.create_task(self._read(ws, link.session), name=f"reader:{link.session_id}")
         cut = asyncio.create_task(attachment.superseded.wait())
         writer = attachment.writer

@@ -66,6 +66,9 @@ class Attachment:
     writer: asyncio.Task[bool]
     abort: Callable[[], object]  # cut the connection off
     superseded: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once the connection is accepted: the writer sends nothing before (it is
+    # attached before the handshake ends, so that nothing else takes events meanwhile).
+    opened: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Resumable:
@@ -132,11 +135,12 @@ class Resumable:
         token = self.registry.tokens.issue(self.session_id, self.owner)
         announced = self._ids.new("event")
         announcement = token_event(announced, token, self.registry.tokens.window_s)
+        opened = asyncio.Event()
         writer = asyncio.create_task(
-            self._write(send, convert, (announced, announcement), missed),
+            self._write(send, convert, (announced, announcement), missed, opened),
             name=f"writer:{self.session_id}",
         )
-        self.attachment = Attachment(writer, abort)
+        self.attachment = Attachment(writer, abort, opened=opened)
         return self.attachment
 
     def detach(self, attachment: Attachment) -> None:
@@ -205,9 +209,11 @@ class Resumable:
         convert: Convert,
         announcement: tuple[str, str],  # its event id, its text
         missed: Sequence[Journaled] | None,
+        opened: asyncio.Event,
     ) -> bool:
         outbox, journal = self.session.outbox, self.journal
         announced_id, announced = announcement
+        await opened.wait()
         if missed is None:  # a new session: the token follows session.created
             if (first := await outbox.get()) is None:
                 return True
