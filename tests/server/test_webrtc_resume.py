@@ -238,3 +238,36 @@ async def test_a_call_cannot_resume_with_events_it_cannot_be_given_exactly(
         ws_token = json.loads(await ws.recv())["resume_token"]
         status, error = await refused(server, resume_token=ws_token)
     assert (status, error["code"]) == (404, "resume_token_invalid")
+
+
+async def test_a_new_offer_before_the_loss_is_noticed_takes_the_call_over(
+    serve: ServerFactory, apps: list[FastAPI]
+) -> None:
+    server = await serve(api_keys=[KEY])
+    hub = apps[-1].state.hub
+    async with rtc(server, resume="true") as (first, events):
+        assert (await events.next())["type"] == "session.created"
+        await announced(events)
+        token = events.all[-1]
+        # The old peer connection still looks alive to the server.
+        async with rtc(
+            server, resume_token=token["resume_token"], last_event_id=token["event_id"]
+        ) as (back, resumed):
+            await announced(resumed)
+            gone = asyncio.Event()
+            first.pc.on("connectionstatechange", gone.set)
+            async with asyncio.timeout(TIMEOUT_S):
+                while first.pc.connectionState not in ("closed", "failed"):
+                    gone.clear()
+                    await gone.wait()
+            update = {"type": "session.update", "session": {"instructions": "On."}}
+            back.send_json(json.dumps(update))
+            assert (await resumed.until("session.updated"))["session"]["instructions"] == "On."
+            assert hub.sessions == 1
+            # Hung up while detached: ended at once, not at the window's end.
+            await back.pc.close()
+            await settle(lambda: registry(apps).detached == 1)
+            async with httpx.AsyncClient(base_url=server.http_url) as http:
+                hung = await http.delete(f"/v1/realtime/calls/{back.call_id}", headers=AUTH)
+            assert hung.status_code == 200
+            await settle(lambda: hub.sessions == 0)
