@@ -49,6 +49,7 @@ from server.resume import (
     ResumeRegistry,
     resume_flag,
     resume_refusal,
+    unchanged,
 )
 from server.sessions import SHUTDOWN_REASON, WIND_DOWN_S, Seat, SessionHub, submit_text
 from server.ws_protocol import abort_connection
@@ -241,7 +242,7 @@ class RealtimeEndpoint:
         (closed as `_run` closes it), the client ends it (1000), or the connection
         drops or is taken over (the session is detached, or stays with the new one)."""
         send = functools.partial(_send, ws, deadline=self.hub.settings.write_timeout_s)
-        convert = to_beta_text if beta else _unchanged
+        convert = to_beta_text if beta else unchanged
         attachment = link.attach(send, convert, functools.partial(abort_connection, ws), missed)
         reader = asyncio.create_task(self._read(ws, link.session), name=f"reader:{link.session_id}")
         cut = asyncio.create_task(attachment.superseded.wait())
@@ -450,10 +451,6 @@ async def _send(ws: WebSocket, text: str, deadline: float) -> bool:
 def _release(hub: SessionHub, seat: Seat, admitted: Admitted) -> None:
     hub.release(seat)
     admitted.release()
-
-
-def _unchanged(text: str) -> str:
-    return text
 
 
 async def _deny(ws: WebSocket, refusal: ApiError) -> None:

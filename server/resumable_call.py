@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 
 from engine.replay_journal import Journaled
-from server.resume import Resumable, ResumeRegistry
+from server.resume import Resumable, ResumeRegistry, unchanged
 from server.webrtc import Call, CallEnded, Peer
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class ResumableCall:
     async def _serve(self, peer: Peer, missed: tuple[Journaled, ...] | None) -> None:
         link, call = self.link, self.call
         call.peer = peer
-        attachment = link.attach(peer.send, _unchanged, peer.cut_off, missed)
+        attachment = link.attach(peer.send, unchanged, peer.cut_off, missed)
         watched = {
             asyncio.create_task(peer.read_events(), name=f"reader:{call.call_id}"),
             asyncio.create_task(peer.connected_in_time()),
@@ -140,7 +140,3 @@ class ResumableCall:
                 task.cancel()
             with contextlib.suppress(Exception):
                 await peer.close()
-
-
-def _unchanged(text: str) -> str:
-    return text

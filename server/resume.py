@@ -60,6 +60,11 @@ def event_text(event: OutEvent) -> str:
     return event.text
 
 
+def unchanged(text: str) -> str:
+    """The `Convert` of a client that reads events as they are."""
+    return text
+
+
 def token_event(event_id: str, token: str, window_s: float) -> str:
     """The announcement of a connection's resume token (never journaled)."""
     return json.dumps(

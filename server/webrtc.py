@@ -357,11 +357,16 @@ class Call:
     async def run(self, hub: SessionHub) -> str:
         """Serve a call that is not resumable until it ends; why it ended."""
         peer = self.peer
-        watch = (self.ended.wait(), self._hang_up_when_lost(), peer.connected_in_time())
+        watch = (
+            self.ended.wait(),
+            self._hang_up_when_lost(),
+            peer.connected_in_time(),
+            self.expire(),
+        )
         write, read = self._write(), peer.read_events()
         try:
             async with hub.serving(
-                self.session, write, read, label=self.call_id, watch=(*watch, self.expire())
+                self.session, write, read, label=self.call_id, watch=watch
             ) as served:
                 for name, error in served.failures():
                     if isinstance(error, CallEnded):
