@@ -118,9 +118,11 @@ async def call(
     key: str = "x",
     model: str | None = None,
     session: dict[str, Any] | None = None,
+    params: dict[str, str] | None = None,
 ) -> AsyncIterator[Call]:
     """A call to the Parley at `base_url`, hung up (peer connection closed) at the end;
-    with `session`, the offer is OpenAI's multipart form of `sdp` and `session`."""
+    with `session`, the offer is OpenAI's multipart form of `sdp` and `session`;
+    `params`: more of the query (`resume=true`, …)."""
     pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
     mic = Microphone()
     pc.addTrack(mic)
@@ -137,16 +139,20 @@ async def call(
 
     try:
         sdp = await offer_sdp(pc)
-        path = "/v1/realtime/calls" + (f"?model={model}" if model else "")
+        query = ({"model": model} if model else {}) | (params or {})
         async with httpx.AsyncClient(base_url=base_url) as http:
             auth = {"Authorization": f"Bearer {key}"}
+            path = "/v1/realtime/calls"
             if session is None:
                 answer = await http.post(
-                    path, content=sdp, headers={**auth, "Content-Type": "application/sdp"}
+                    path,
+                    content=sdp,
+                    headers={**auth, "Content-Type": "application/sdp"},
+                    params=query,
                 )
             else:
                 form = {"sdp": (None, sdp), "session": (None, json.dumps(session))}
-                answer = await http.post(path, files=form, headers=auth)
+                answer = await http.post(path, files=form, headers=auth, params=query)
         if answer.status_code != 201:
             raise CallRefused(answer.status_code, answer.text)
         call_id = answer.headers["location"].rsplit("/", 1)[-1]

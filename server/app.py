@@ -305,7 +305,10 @@ def create_app(
     # Sessions that may outlive their WebSocket (`?resume=true`, server/resume.py).
     resumes = ResumeRegistry(ResumeTokens(window_s=settings.resume_window_s), observers)
     realtime = RealtimeEndpoint(hub, keys, resumes, forwarder)  # WebSockets, calls' sidebands
-    calls = CallsEndpoint(hub, keys, forwarder)  # WebRTC calls
+    # WebRTC calls; resumable ones (`?resume=true`) have tokens of their own.
+    call_resumes = ResumeRegistry(ResumeTokens(window_s=settings.resume_window_s))
+    calls = CallsEndpoint(hub, keys, call_resumes, forwarder)
+    app.state.calls = calls
     app.state.keys = keys
     app.state.hub = hub  # what server/serving.py drains
     app.state.realtime = realtime

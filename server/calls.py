@@ -5,6 +5,12 @@ POST /v1/realtime/calls[?model=]   the SDP offer -> 201, the SDP answer, and
 DELETE /v1/realtime/calls/{id}     the client hangs up (an API key, or the ephemeral
                                    key that made the call)
 POST /v1/realtime/calls/{id}/hangup  the application's server hangs up (API key)
+POST /v1/realtime/calls?resume=true  a resumable call (server/resumable_call.py): its
+                                   data channel is announced a resume token
+POST /v1/realtime/calls?resume_token=rt_…&last_event_id=event_…
+                                   a new offer for the same call, after its peer
+                                   connection was lost: the same call id, the missed
+                                   events on the new data channel
 
 Behind a load balancer (PARLEY_REPLICA_URL) the call id names the replica holding the
 call, and a hang-up that reaches another replica is forwarded there
@@ -24,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -44,6 +52,8 @@ from server.call_routes import plain_call_id
 from server.logs import session_var
 from server.offer_body import offer_parts
 from server.origins import check_origin
+from server.resumable_call import ResumableCall
+from server.resume import NotResumed, ResumeRegistry, resume_flag, resume_refusal
 from server.sdp_policy import layout_problem
 from server.sessions import SHUTDOWN_REASON, Seat, SessionHub
 from server.webrtc import Call, CallError
@@ -57,6 +67,15 @@ CALLS_PATH = "/v1/realtime/calls"
 class Offer:
     sdp: str
     session: SessionIn | None = None
+
+
+def _answered(answer: str, call_id: str) -> Response:
+    return Response(
+        answer,
+        201,
+        media_type="application/sdp",
+        headers={"Location": f"{CALLS_PATH}/{call_id}"},
+    )
 
 
 def _session_of(raw: object) -> SessionIn | None:
@@ -108,12 +127,20 @@ class CallsEndpoint:
     """Opens calls as sessions of the hub, and hangs them up."""
 
     def __init__(
-        self, hub: SessionHub, keys: KeyStore, forwarder: CallForwarder | None = None
+        self,
+        hub: SessionHub,
+        keys: KeyStore,
+        resumes: ResumeRegistry,
+        forwarder: CallForwarder | None = None,
     ) -> None:
         self.hub = hub
         self.keys = keys
+        # Resumable calls' tokens: their own, not the WebSocket's (a call's session
+        # is resumed as a call, a WebSocket's as a WebSocket).
+        self.resumes = resumes
         self.forwarder = forwarder  # None: a single server
         self._tasks: set[asyncio.Task[None]] = set()
+        self._resumable: dict[str, ResumableCall] = {}  # by session id
 
     async def create(self, request: Request) -> Response:
         hub = self.hub
@@ -121,6 +148,9 @@ class CallsEndpoint:
         check_origin(request.headers, hub.settings.allowed_origins, open_server=self.keys.open)
         if hub.draining:
             raise ApiError(503, "server_shutting_down", SHUTDOWN_REASON, type="server_error")
+        if (token := request.query_params.get("resume_token")) is not None:
+            return await self._resume(request, token)
+        resumable = resume_flag(request.query_params.get("resume"))
         key = presented_key(request.headers)
         ephemeral = self.keys.authenticate(key, websocket=True)
         offer = await _read_offer(request)
@@ -152,16 +182,48 @@ class CallsEndpoint:
         seat.session = session  # the drain's to end, once it is served
         # Only the ephemeral key that made it may hang it up (API keys: any call).
         hub.add_call(call_id, call, owner=ephemeral.key_id if ephemeral else None)
-        task = asyncio.create_task(self._serve(call, seat, admitted), name=f"call:{call_id}")
+        if resumable:
+            release = functools.partial(self._released, call, seat, admitted)
+            owner = self.keys.owner(key, ephemeral)
+            held = ResumableCall(call, owner, self.resumes, release, lambda: hub.draining)
+            self._resumable[held.session_id] = held
+            session_var.set(held.session_id)  # its tasks' log lines name it
+            held.attach(call.peer, None)
+            self._spawn(self._serve_resumable(held), call_id)
+        else:
+            self._spawn(self._serve(call, seat, admitted), call_id)
+        log.info("call %s: answered (session %s)", call_id, session.session_id)
+        return _answered(answer, call_id)
+
+    async def _resume(self, request: Request, token: str) -> Response:
+        """A resumable call's client is back with a new offer: refused before any
+        media when it cannot be, else a new peer connection for the same call."""
+        owner = self.keys.resuming(presented_key(request.headers))
+        offer = await _read_offer(request)  # a bad body spends no token
+        claimed = self.resumes.claim(token, owner, request.query_params.get("last_event_id"))
+        if isinstance(claimed, NotResumed):
+            raise resume_refusal(claimed)
+        held = self._resumable[claimed.resumable.session_id]  # the registry is calls' only
+        call = held.call
+        peer = call.new_peer()
+        try:
+            answer = await peer.answer(offer.sdp)
+        except CallError as exc:  # rare: the offer's layout was checked before the claim
+            await peer.close()
+            held.link.finish()  # its token is spent: nobody could resume it now
+            raise ApiError(400, "invalid_sdp", str(exc), "sdp") from None
+        if held.link.ending:  # its window passed, or it was hung up, meanwhile
+            await peer.close()
+            raise resume_refusal(NotResumed("resume_token_invalid", "The call has ended."))
+        session_var.set(held.session_id)
+        held.attach(peer, claimed.missed)
+        log.info("call %s: resumed, %d missed event(s)", call.call_id, len(claimed.missed))
+        return _answered(answer, call.call_id)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], call_id: str) -> None:
+        task = asyncio.create_task(coroutine, name=f"call:{call_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        log.info("call %s: answered (session %s)", call_id, session.session_id)
-        return Response(
-            answer,
-            201,
-            media_type="application/sdp",
-            headers={"Location": f"{CALLS_PATH}/{call_id}"},
-        )
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """The server is stopping: hang up every call and wait (bounded) for each to
@@ -182,6 +244,19 @@ class CallsEndpoint:
             self.hub.release(seat)
             admitted.release()
             self.hub.closed(call.session.session_id, 1000)
+
+    async def _serve_resumable(self, held: ResumableCall) -> None:
+        session_var.set(held.session_id)
+        reason = await held.run()
+        log.info("call %s: ended (%s)", held.call.call_id, reason)
+
+    def _released(self, call: Call, seat: Seat, admitted: Admitted) -> None:
+        """A resumable call's session ended: its seat and key's count are free."""
+        self._resumable.pop(call.session.session_id, None)
+        self.hub.drop_call(call.call_id)
+        self.hub.release(seat)
+        admitted.release()
+        self.hub.closed(call.session.session_id, 1000)
 
     async def hang_up(self, call_id: str, request: Request, *, api_key_only: bool) -> Response:
         # The application's server hangs up with its API key; the client may with its

@@ -42,7 +42,15 @@ from server.auth import Admitted, ApiError, KeyStore, bad_request, presented_key
 from server.call_forward import CallForwarder
 from server.logs import session_var
 from server.origins import check_origin
-from server.resume import Attachment, NotResumed, Resumable, ResumeRegistry
+from server.resume import (
+    Attachment,
+    NotResumed,
+    Resumable,
+    ResumeRegistry,
+    resume_flag,
+    resume_refusal,
+    unchanged,
+)
 from server.sessions import SHUTDOWN_REASON, WIND_DOWN_S, Seat, SessionHub, submit_text
 from server.ws_protocol import abort_connection
 
@@ -137,7 +145,7 @@ class RealtimeEndpoint:
             await self._resume(ws, resume_token, last_event_id)
             return
         try:
-            resumable = _flag(resume)
+            resumable = resume_flag(resume)
         except ApiError as refusal:
             await _deny(ws, refusal)
             return
@@ -216,16 +224,7 @@ class RealtimeEndpoint:
         if isinstance(claimed, NotResumed):
             if self.hub.observer is not None:
                 self.hub.observer.resume_refused(claimed.code)
-            lost = claimed.code == "resume_events_lost"
-            await _deny(
-                ws,
-                ApiError(
-                    409 if lost else 404,
-                    claimed.code,
-                    claimed.message,
-                    "last_event_id" if lost else "resume_token",
-                ),
-            )
+            await _deny(ws, resume_refusal(claimed))
             return
         link = claimed.resumable
         beta = wants_beta(ws.headers.get(BETA_HEADER), offered)
@@ -248,7 +247,7 @@ class RealtimeEndpoint:
         self, ws: WebSocket, link: Resumable, missed: tuple[Journaled, ...] | None, beta: bool
     ) -> Attachment:
         send = functools.partial(_send, ws, deadline=self.hub.settings.write_timeout_s)
-        convert = to_beta_text if beta else _unchanged
+        convert = to_beta_text if beta else unchanged
         return link.attach(send, convert, functools.partial(abort_connection, ws), missed)
 
     async def _serve_resumable(
@@ -464,21 +463,6 @@ async def _send(ws: WebSocket, text: str, deadline: float) -> bool:
 def _release(hub: SessionHub, seat: Seat, admitted: Admitted) -> None:
     hub.release(seat)
     admitted.release()
-
-
-def _unchanged(text: str) -> str:
-    return text
-
-
-def _flag(value: str | None) -> bool:
-    """A boolean query parameter (`?resume=true`)."""
-    if value is None or value.lower() in ("false", "0"):
-        return False
-    if value.lower() in ("true", "1"):
-        return True
-    raise ApiError(
-        400, "invalid_value", f"'resume' must be true or false, not '{value}'.", "resume"
-    )
 
 
 async def _deny(ws: WebSocket, refusal: ApiError) -> None:

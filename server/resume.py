@@ -18,7 +18,10 @@ resumed:   a connection that presents the token and the same key within the wind
 expired:   at the window's end the session is closed as if its client had left; no
            model work outlives it
 
-One writer for the outbox at a time: the attached connection's or the pump.
+One writer for the outbox at a time: the attached connection's or the pump. What
+each outbox event becomes is the transport's (`Take`): over the WebSocket its text,
+journaled and sent; on a WebRTC call (server/resumable_call.py) audio goes to the
+call's playout instead and every other event also to its sidebands, attached or not.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from engine.emitter import Ids
+from engine.emitter import Ids, OutEvent
 from engine.observer import DetachEnd, Observer
 from engine.replay_journal import CannotReplay, Journaled, Missed, ReplayJournal
 from engine.session import Session
+from server.auth import ApiError
 from server.resume_tokens import Claimed, Refused, ResumeTokens
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,19 @@ WIND_DOWN_S = 2.0  # as server/sessions.py gives a session whose connection ende
 
 Send = Callable[[str], Awaitable[bool]]  # one frame: False when the connection is gone
 Convert = Callable[[str], str | None]  # an event's text as this client reads it
+# What of an outbox event is journaled and sent (None: neither); called once for each
+# event, attached or detached, and never awaits (see `attach`).
+Take = Callable[[OutEvent], str | None]
+
+
+def event_text(event: OutEvent) -> str:
+    """A WebSocket's take: every event, as it is."""
+    return event.text
+
+
+def unchanged(text: str) -> str:
+    """The `Convert` of a client that reads events as they are."""
+    return text
 
 
 def token_event(event_id: str, token: str, window_s: float) -> str:
@@ -54,6 +71,28 @@ def token_event(event_id: str, token: str, window_s: float) -> str:
     return json.dumps(
         {"type": TOKEN_EVENT, "event_id": event_id, "resume_token": token, "window_s": window_s},
         separators=(",", ":"),
+    )
+
+
+def resume_flag(value: str | None) -> bool:
+    """The `?resume=` query parameter, on either transport."""
+    if value is None or value.lower() in ("false", "0"):
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    raise ApiError(
+        400, "invalid_value", f"'resume' must be true or false, not '{value}'.", "resume"
+    )
+
+
+def resume_refusal(not_resumed: NotResumed) -> ApiError:
+    """How a resume that cannot be is refused, on either transport."""
+    lost = not_resumed.code == "resume_events_lost"
+    return ApiError(
+        409 if lost else 404,
+        not_resumed.code,
+        not_resumed.message,
+        "last_event_id" if lost else "resume_token",
     )
 
 
@@ -81,12 +120,14 @@ class Resumable:
         owner: str,
         registry: ResumeRegistry,
         release: Callable[[], None],
+        take: Take = event_text,
     ) -> None:
         self.session = session
         self.owner = owner  # the key it was opened with (an id or a hash)
         self.registry = registry
         self.journal = ReplayJournal()
         self._release = release
+        self._take = take
         self._ids = Ids()  # token announcements' ids: the session's own stay in order
         self.attachment: Attachment | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -117,19 +158,11 @@ class Resumable:
     ) -> Attachment:
         """A connection takes the session: `missed` is what to replay first (None: a
         new session, whose first event is `session.created`)."""
-        if (old := self.attachment) is not None:
-            old.superseded.set()
-            old.writer.cancel()
-            old.abort()
-        if self._pump is not None:
-            # Parked in the outbox's get (nothing taken is ever held between awaits),
-            # so cancelling it loses no event.
-            self._pump.cancel()
-            self._pump = None
+        self._stop_takers()
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
-        if self.attachment is None and self._detached:
+        if self._detached:
             self._detached = False
             self.registry.observe_end(self.session_id, "resumed")
         token = self.registry.tokens.issue(self.session_id, self.owner)
@@ -142,6 +175,28 @@ class Resumable:
         )
         self.attachment = Attachment(writer, abort, opened=opened)
         return self.attachment
+
+    def hold(self) -> None:
+        """Claimed: nothing takes the session's events until its claimant attaches,
+        so what it missed stays exactly what the claim found however long its
+        handshake takes. A connection still attached is cut off. The window still
+        runs: a claimant that never attaches lets the session expire."""
+        self._stop_takers()
+        if self._expiry is None:
+            window = self.registry.tokens.window_s
+            self._expiry = asyncio.get_running_loop().call_later(window, self._expire)
+
+    def _stop_takers(self) -> None:
+        if (old := self.attachment) is not None:
+            self.attachment = None
+            old.superseded.set()
+            old.writer.cancel()
+            old.abort()
+        if self._pump is not None:
+            # Parked in the outbox's get (nothing taken is ever held between awaits),
+            # so cancelling it loses no event.
+            self._pump.cancel()
+            self._pump = None
 
     def detach(self, attachment: Attachment) -> None:
         """`attachment`'s connection is gone without ending the session."""
@@ -211,15 +266,16 @@ class Resumable:
         missed: Sequence[Journaled] | None,
         opened: asyncio.Event,
     ) -> bool:
-        outbox, journal = self.session.outbox, self.journal
+        outbox, journal, take = self.session.outbox, self.journal, self._take
         announced_id, announced = announcement
         await opened.wait()
         if missed is None:  # a new session: the token follows session.created
             if (first := await outbox.get()) is None:
                 return True
-            journal.add(first.event_id, first.text)
-            if not await _send_converted(send, convert, first.text):
-                return False
+            if (text := take(first)) is not None:
+                journal.add(first.event_id, text)
+                if not await _send_converted(send, convert, text):
+                    return False
         journal.alias(announced_id)
         if not await send(announced):
             return False
@@ -227,8 +283,10 @@ class Resumable:
             if not await _send_converted(send, convert, event.text):
                 return False
         while (taken := await outbox.get()) is not None:
-            journal.add(taken.event_id, taken.text)
-            if not await _send_converted(send, convert, taken.text):
+            if (text := take(taken)) is None:
+                continue
+            journal.add(taken.event_id, text)
+            if not await _send_converted(send, convert, text):
                 return False
         return True
 
@@ -237,8 +295,9 @@ class Resumable:
         while taken_chars < DETACHED_CHARS:
             if (event := await self.session.outbox.get()) is None:
                 return
-            self.journal.add(event.event_id, event.text)
-            taken_chars += len(event.text)
+            if (text := self._take(event)) is not None:
+                self.journal.add(event.event_id, text)
+                taken_chars += len(text)
 
 
 async def _send_converted(send: Send, convert: Convert, text: str) -> bool:
@@ -315,4 +374,5 @@ class ResumeRegistry:
                 "new session.",
             )
         assert isinstance(missed, Missed)
+        resumable.hold()
         return Resumed(resumable, missed.events)

@@ -1,4 +1,7 @@
-"""A WebRTC call: one aiortc peer connection around one session.
+"""A WebRTC call: an aiortc peer connection (`Peer`) around one session (`Call`:
+the session-level part, its playout and sidebands). A call that is not resumable has
+one peer connection for its life; a resumable one (server/resumable_call.py) gets a
+new one each time its client comes back.
 
 track in:  Opus 48 kHz -> 24 kHz mono pcm16 -> `Session.feed` (server VAD makes turns)
 events:    the `oai-events` data channel, JSON both ways, the WebSocket's protocol
@@ -11,8 +14,9 @@ sideband:  server-side WebSockets (`/v1/realtime?call_id=`) attached to the call
            the call through the hub, server/sessions.py)
 
 The call ends on hang-up (DELETE, `/hangup`), when the peer connection fails or
-closes, when the session ends (drain), when the peer never connects, or at its
-maximum length (`max_call_s`: the client gets OpenAI's `session_expired` error).
+closes (a resumable call's is detached instead), when the session ends (drain), when
+the peer never connects, or at its maximum length (`max_call_s`: the client gets
+OpenAI's `session_expired` error).
 Before aiortc reads the offer its remote candidates are screened
 (server/sdp_policy.py): Parley checks only the addresses it may reach.
 """
@@ -23,7 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
@@ -86,18 +90,31 @@ def ice_configuration(settings: Settings) -> RTCConfiguration:
     return RTCConfiguration(iceServers=servers)
 
 
-class Call:
-    def __init__(self, call_id: str, session: Session, settings: Settings) -> None:
+class Peer:
+    """One peer connection of a call: the client's track in, the track that plays the
+    call's playout, and the `oai-events` data channel. A call has one at a time; a
+    resumable call (server/resumable_call.py) gets a new one each time it resumes,
+    around the same session, playout and sidebands."""
+
+    def __init__(
+        self,
+        call_id: str,
+        session: Session,
+        playout: PlayoutQueue,
+        settings: Settings,
+        hang_up: Callable[[str], None],
+    ) -> None:
         self.call_id = call_id
         self.session = session
         self.settings = settings
         self.pc = RTCPeerConnection(ice_configuration(settings))
-        self.playout = PlayoutQueue(session.report_playback)
-        self.track = PlayoutTrack(self.playout)
+        self.track = PlayoutTrack(playout)
         self.channel: RTCDataChannel | None = None
-        self.sidebands: set[Sideband] = set()
-        self.ended = asyncio.Event()  # hang-up, or the peer connection failed or closed
-        self.end_reason = ""
+        # The peer connection failed or closed, or its data channel closed: whether
+        # that ends the call is the call's to decide.
+        self.lost = asyncio.Event()
+        self.lost_reason = ""
+        self._hang_up = hang_up  # a client that floods ends the call, resumable or not
         self._channel_open = asyncio.Event()
         self._wants_channel = False
         self._messages: asyncio.Queue[str] = asyncio.Queue()
@@ -131,16 +148,37 @@ class Call:
         await self.pc.setLocalDescription(await self.pc.createAnswer())
         return self.pc.localDescription.sdp
 
-    def hang_up(self, reason: str) -> None:
-        if not self.ended.is_set():
-            self.end_reason = reason
-            self.ended.set()
+    def lose(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
+
+    def cut_off(self) -> None:
+        """A newer peer connection took the call over: silent at once (both tracks
+        would take frames of the one playout), closed by whoever served this one."""
+        self.track.stop()
+        self.lose("taken over by a new peer connection")
 
     def _on_state(self) -> None:
         state = self.pc.connectionState
         log.debug("call %s: connection %s", self.call_id, state)
         if state in ("failed", "closed"):
-            self.hang_up(f"peer connection {state}")
+            self.lose(f"peer connection {state}")
+
+    async def connected_in_time(self) -> None:
+        await asyncio.sleep(CONNECT_TIMEOUT_S)
+        if self.pc.connectionState != "connected":
+            raise CallEnded(f"the peer did not connect within {CONNECT_TIMEOUT_S:g} s")
+        await asyncio.Event().wait()  # connected: this task has nothing more to do
+
+    async def close(self) -> None:
+        """Stop its media and close it (bounded: a peer that vanished must not hold
+        the call, or a shutdown, open)."""
+        for task in self._tasks:
+            task.cancel()
+        self.track.stop()
+        closing = asyncio.create_task(self.pc.close())
+        await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT_S)
 
     # --- media in -----------------------------------------------------------------------
 
@@ -152,6 +190,11 @@ class Call:
         async for received, pcm in track_pcm(track):
             await self.session.feed(pcm, received)
 
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coroutine, name=f"{name}:{self.call_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     # --- events in ------------------------------------------------------------------
 
     def _on_channel(self, channel: RTCDataChannel) -> None:
@@ -160,7 +203,7 @@ class Call:
             return
         self.channel = channel
         channel.on("message", self._on_message)
-        channel.on("close", lambda: self.hang_up("data channel closed"))
+        channel.on("close", lambda: self.lose("data channel closed"))
         if channel.readyState == "open":
             self._channel_open.set()
         channel.on("open", self._channel_open.set)
@@ -174,50 +217,26 @@ class Call:
             self._messages.qsize() >= MAX_PENDING_MESSAGES
             or self._pending_chars + len(message) > self.settings.max_message_bytes
         ):
-            self.hang_up("the client floods the data channel")
+            self._hang_up("the client floods the data channel")
             return
         self._pending_chars += len(message)
         self._messages.put_nowait(message)
 
-    async def _read_events(self) -> None:
+    async def read_events(self) -> None:
         limit = self.settings.max_message_bytes
         while True:
             text = await self._messages.get()
             self._pending_chars -= len(text)
             await submit_text(self.session, text, limit, on_call=True)
 
-    # --- events and audio out ---------------------------------------------------------
+    # --- events out -------------------------------------------------------------------
 
-    async def _write(self) -> None:
-        """The session's outbox: audio to the playout, events to the data channel and
-        every sideband; what passes drives the playout (barge-in clears it)."""
-        while True:
-            event = await self.session.outbox.get()
-            if event is None:
-                return
-            if event.type == AUDIO_DELTA:
-                if event.pcm is not None and event.response_id is not None:
-                    self.playout.push(event.response_id, event.item_id, event.pcm)
-                continue
-            self._steer_playout(event)
-            for sideband in list(self.sidebands):
-                try:
-                    sideband.queue.put_nowait(event.text)
-                except asyncio.QueueFull:
-                    log.info("call %s: a sideband is not reading; detached", self.call_id)
-                    self.detach(sideband)
-            if self._wants_channel:
-                await self._send(event)
-
-    def _steer_playout(self, event: OutEvent) -> None:
-        if event.flush is Flush.ALL:  # the session decided: speech interrupts the answer
-            self.playout.clear()  # barge-in: silent at once, the item truncated
-        elif event.type == "output_audio_buffer.cleared":
-            self.playout.clear(announce=False)  # the client's clear; its event is this
-        elif event.type == "response.done" and event.response_id is not None:
-            self.playout.finish(event.response_id)
-
-    async def _send(self, event: OutEvent) -> None:
+    async def send(self, text: str) -> bool:
+        """One event on the data channel (none negotiated: nothing to send); False
+        when the channel closed, CallEnded when it never opened or the client does
+        not read it."""
+        if not self._wants_channel:
+            return True
         deadline = self.settings.write_timeout_s
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
@@ -227,7 +246,7 @@ class Call:
         channel = self.channel
         assert channel is not None
         if channel.readyState != "open":
-            raise CallEnded("the data channel closed")
+            return False
         if channel.bufferedAmount > CHANNEL_HIGH_WATER:
             low = asyncio.Event()
             channel.bufferedAmountLowThreshold = CHANNEL_HIGH_WATER // 2
@@ -237,17 +256,83 @@ class Call:
                     await low.wait()
             except TimeoutError:
                 raise CallEnded(f"the client read no event for {deadline:g} s") from None
-        text = fit_for_channel(event.type, event.text, self._max_message_bytes())
-        if text is None:
-            log.warning("call %s: a %s too large for the data channel", self.call_id, event.type)
-            text = too_large_error(self.session.ids.new("event"), event.type, len(event.text))
-        channel.send(text)
+        limit = self._max_message_bytes()
+        fitted = text if len(text.encode()) <= limit else fit_for_channel(_kind(text), text, limit)
+        if fitted is None:
+            kind = _kind(text)
+            log.warning("call %s: a %s too large for the data channel", self.call_id, kind)
+            fitted = too_large_error(self.session.ids.new("event"), kind, len(text))
+        channel.send(fitted)
+        return True
 
     def _max_message_bytes(self) -> int:
         # What the peer's SDP allows (Chrome: 256 KiB); aiortc refuses larger messages.
         sctp = self.pc.sctp
         limit = getattr(sctp, "_remote_max_message_size", None) if sctp is not None else None
         return int(limit) if limit else DEFAULT_MAX_MESSAGE_BYTES
+
+
+class Call:
+    """A call's session-level part: its id, session, playout and sidebands, and its
+    current peer connection (`peer`)."""
+
+    def __init__(self, call_id: str, session: Session, settings: Settings) -> None:
+        self.call_id = call_id
+        self.session = session
+        self.settings = settings
+        self.playout = PlayoutQueue(session.report_playback)
+        self.sidebands: set[Sideband] = set()
+        self.ended = asyncio.Event()  # hung up (or, not resumable: its peer is lost)
+        self.end_reason = ""
+        self.peer = self.new_peer()
+
+    @property
+    def pc(self) -> RTCPeerConnection:
+        return self.peer.pc
+
+    def new_peer(self) -> Peer:
+        return Peer(self.call_id, self.session, self.playout, self.settings, self.hang_up)
+
+    async def answer(self, offer_sdp: str) -> str:
+        return await self.peer.answer(offer_sdp)
+
+    def hang_up(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.end_reason = reason
+            self.ended.set()
+
+    # --- events and audio out ---------------------------------------------------------
+
+    def route(self, event: OutEvent) -> str | None:
+        """One event of the session's outbox: audio to the playout; any other event
+        drives the playout (barge-in clears it), goes to every sideband, and is the
+        text for the data channel (returned). Never awaits."""
+        if event.type == AUDIO_DELTA:
+            if event.pcm is not None and event.response_id is not None:
+                self.playout.push(event.response_id, event.item_id, event.pcm)
+            return None
+        self._steer_playout(event)
+        for sideband in list(self.sidebands):
+            try:
+                sideband.queue.put_nowait(event.text)
+            except asyncio.QueueFull:
+                log.info("call %s: a sideband is not reading; detached", self.call_id)
+                self.detach(sideband)
+        return event.text
+
+    async def _write(self) -> None:
+        while (event := await self.session.outbox.get()) is not None:
+            text = self.route(event)
+            if text is not None and not await self.peer.send(text):
+                raise CallEnded("the data channel closed")
+
+    def _steer_playout(self, event: OutEvent) -> None:
+        if event.flush is Flush.ALL:  # the session decided: speech interrupts the answer
+            self.playout.clear()  # barge-in: silent at once, the item truncated
+        elif event.type == "output_audio_buffer.cleared":
+            self.playout.clear(announce=False)  # the client's clear; its event is this
+        elif event.type == "response.done" and event.response_id is not None:
+            self.playout.finish(event.response_id)
 
     # --- sidebands --------------------------------------------------------------------
 
@@ -262,17 +347,23 @@ class Call:
             with contextlib.suppress(asyncio.QueueFull):
                 sideband.queue.put_nowait(None)
 
+    def close_sidebands(self) -> None:
+        """The call ended: each sideband closes (1000)."""
+        for sideband in list(self.sidebands):
+            self.detach(sideband)
+
     # --- the call's life ------------------------------------------------------------
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(coroutine, name=f"{name}:{self.call_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def run(self, hub: SessionHub) -> str:
-        """Serve the call until it ends; why it ended."""
-        watch = (self.ended.wait(), self._connected_in_time(), self._expire())
-        write, read = self._write(), self._read_events()
+        """Serve a call that is not resumable until it ends; why it ended."""
+        peer = self.peer
+        watch = (
+            self.ended.wait(),
+            self._hang_up_when_lost(),
+            peer.connected_in_time(),
+            self.expire(),
+        )
+        write, read = self._write(), peer.read_events()
         try:
             async with hub.serving(
                 self.session, write, read, label=self.call_id, watch=watch
@@ -288,25 +379,17 @@ class Call:
                     await served.last_events(self.settings.write_timeout_s)
                 return self.end_reason or "hung up"
         finally:
-            for task in self._tasks:
-                task.cancel()
-            for sideband in list(self.sidebands):
-                self.detach(sideband)
-            self.track.stop()
-            # Bounded: a peer that vanished must not hold the call (or a shutdown) open.
-            closing = asyncio.create_task(self.pc.close())
-            await asyncio.wait({closing}, timeout=CLOSE_TIMEOUT_S)
+            self.close_sidebands()
+            await peer.close()
 
-    async def _connected_in_time(self) -> None:
-        await asyncio.sleep(CONNECT_TIMEOUT_S)
-        if self.pc.connectionState != "connected":
-            raise CallEnded(f"the peer did not connect within {CONNECT_TIMEOUT_S:g} s")
-        await asyncio.Event().wait()  # connected: this task has nothing more to do
+    async def _hang_up_when_lost(self) -> None:
+        await self.peer.lost.wait()
+        self.hang_up(self.peer.lost_reason)
 
-    async def _expire(self) -> None:
+    async def expire(self) -> None:
         """At the call's maximum length the client is told, as OpenAI tells it, and
         the session ends (its responses cancelled, their last events sent); a
-        session that does not end within END_GRACE_S is cut off."""
+        session that does not end within END_GRACE_S is cut off (CallEnded)."""
         limit = self.settings.max_call_s
         if not limit:
             await asyncio.Event().wait()  # no limit
@@ -320,6 +403,12 @@ class Call:
         self.session.end()
         await asyncio.sleep(END_GRACE_S)
         raise CallEnded(self.end_reason)
+
+
+def _kind(text: str) -> str:
+    """An event's type, read from its text (only for one too large to send as is)."""
+    kind = json.loads(text).get("type")
+    return kind if isinstance(kind, str) else "event"
 
 
 def session_expired(limit_s: float) -> ProtocolError:

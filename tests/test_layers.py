@@ -36,8 +36,8 @@ EXECUTORS = (
 )
 
 # The two transports, WebSocket (server/realtime.py) and WebRTC (these), share the
-# session hub (server/sessions.py) and nothing else.
-WEBRTC = ("server.calls", "server.webrtc", "server.playout")
+# session hub (server/sessions.py) and the resume extension (server/resume.py).
+WEBRTC = ("server.calls", "server.webrtc", "server.playout", "server.resumable_call")
 SIBLINGS = "the transports are siblings over the session hub"
 
 RULES = (
@@ -67,6 +67,7 @@ RULES = (
     Rule("server.realtime", WEBRTC, SIBLINGS),
     *(Rule(module, ("server.realtime",), SIBLINGS) for module in WEBRTC),
     Rule("server.sessions", ("server.realtime", *WEBRTC), "the hub sits under both transports"),
+    Rule("server.resume", ("server.realtime", *WEBRTC), "resume sits under both transports"),
     Rule("bench", ("tests",), "benchmarks share fixtures through bench/, never tests/"),
 )
 

@@ -75,7 +75,7 @@ def test_the_resume_tables_rows_name_tests_that_exist() -> None:
         for line in section.splitlines()
         if line.startswith("|") and not line.startswith(("| what", "|---"))
     ]
-    assert len(rows) == 7
+    assert len(rows) == 9
     for what, _, tests in rows:
         named = re.findall(r"`(test_\w+)`", tests)
         assert named, f"{what}: no test named"
