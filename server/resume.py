@@ -43,9 +43,10 @@ from server.resume_tokens import Claimed, Refused, ResumeTokens
 log = logging.getLogger(__name__)
 
 TOKEN_EVENT = "parley.resume_token"
-# What the pump takes into the journal after a drop before the response must wait:
-# half the journal, so the events the client may not have received before the drop
-# stay replayable (about 30 s of a response's audio).
+# What the pump takes after a drop (in characters of events' JSON) before the response
+# must wait: half the journal, so the events the client may not have received before
+# the drop stay replayable (about 30 s of a response's audio; for a call, the audio it
+# holds in its playout).
 DETACHED_CHARS = 2 * 1024 * 1024
 WIND_DOWN_S = 2.0  # as server/sessions.py gives a session whose connection ended
 
@@ -297,7 +298,9 @@ class Resumable:
                 return
             if (text := self._take(event)) is not None:
                 self.journal.add(event.event_id, text)
-                taken_chars += len(text)
+            # Every event counts, journaled or not: a call's audio goes to its playout,
+            # which must not take a whole answer while nobody listens.
+            taken_chars += len(event.text)
 
 
 async def _send_converted(send: Send, convert: Convert, text: str) -> bool:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from engine.emitter import Outbox, OutEvent
+from server import resume
 from server.resume import TOKEN_EVENT, Resumable, Resumed, ResumeRegistry
 from server.resume_tokens import ResumeTokens
 
@@ -84,3 +87,32 @@ async def test_a_claimed_session_holds_its_events_until_the_new_connection_opens
 
     await link.finish()
     assert released == [True] and registry.detached == 0
+
+
+async def test_a_detached_session_takes_a_bounded_share_of_its_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past DETACHED_CHARS the pump stops, so the response waits in the outbox, even
+    for events nobody journals (a call's audio, which would pile up in its playout)."""
+    monkeypatch.setattr(resume, "DETACHED_CHARS", 100)
+    session = FakeSession()
+    registry = ResumeRegistry(ResumeTokens())
+    played: list[str] = []
+
+    def call_like(event: OutEvent) -> str | None:  # audio to a playout, not the journal
+        played.append(event.event_id)
+        return None
+
+    link = Resumable(session, "owner", registry, lambda: None, take=call_like)  # type: ignore[arg-type]
+    wire = Wire()
+    attachment = link.attach(wire.send, lambda text: text, lambda: None, None)
+    attachment.opened.set()
+    session.put("created")
+    await steps()
+    link.detach(attachment)
+    for n in range(10):  # 37 characters each
+        session.put(f"audio{n}")
+    await steps(30)
+    assert played == ["created"] + [f"audio{n}" for n in range(3)]
+    assert len(session.outbox) == 7  # waiting for a client
+    await link.finish()
