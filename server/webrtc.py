@@ -438,14 +438,16 @@ def shorten_jitter_buffer(receiver: RTCRtpReceiver) -> bool:
 def fit_for_channel(kind: str, text: str, limit: int) -> str | None:
     """`text` as it can go on a data channel whose peer takes messages up to `limit`
     bytes: as is; a `conversation.item.retrieved` without its audio (a call's audio
-    is on the track, and seconds of it in base64 outgrow Chrome's 256 KiB); None when
-    it does not fit even so."""
+    is on the track, and seconds of it in base64 outgrow Chrome's 256 KiB) and its
+    images' data (the client sent them; an image is up to megabytes of base64), as
+    `conversation.item.added` shows them; None when it does not fit even so."""
     if len(text.encode()) <= limit:
         return text
     if kind == "conversation.item.retrieved":
         event = json.loads(text)
         for part in event.get("item", {}).get("content") or []:
             part.pop("audio", None)
+            part.pop("image_url", None)
         slim = json.dumps(event, separators=(",", ":"))
         if len(slim.encode()) <= limit:
             return slim

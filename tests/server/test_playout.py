@@ -97,6 +97,12 @@ def test_an_event_the_data_channel_cannot_carry_is_slimmed_or_replaced() -> None
     slim = fit_for_channel("conversation.item.retrieved", text, 256 * 1024)
     assert slim is not None
     assert json.loads(slim)["item"]["content"] == [{"type": "output_audio", "transcript": "Hi."}]
+    image = "data:image/png;base64," + "B" * 300_000
+    shown = {"type": "input_image", "image_url": image, "detail": "auto"}
+    retrieved["item"] = {"id": "item_2", "content": [shown]}
+    slim = fit_for_channel("conversation.item.retrieved", json.dumps(retrieved), 256 * 1024)
+    assert slim is not None  # the client sent the image: it is shown as added shows it
+    assert json.loads(slim)["item"]["content"] == [{"type": "input_image", "detail": "auto"}]
     assert fit_for_channel("session.updated", "x" * 300_000, 256 * 1024) is None
     error = json.loads(too_large_error("event_2", "session.updated", 300_000))
     RealtimeErrorEvent.model_validate(error)  # the SDK's own shape
