@@ -120,6 +120,10 @@ class InputAudio:
     def held_ms(self) -> int:
         return self.buffer.pos_to_ms(len(self.buffer))
 
+    def now_ms(self) -> int:
+        """The input audio clock: ms of audio received since the session began."""
+        return self.buffer.pos_to_ms(self.buffer.end)
+
     def own_voice(self, start: int, end: int) -> bool:
         """Whether input buffer positions [start, end) are the assistant's own voice:
         the raw microphone of their latest second correlates with what was playing

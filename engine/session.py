@@ -13,7 +13,8 @@ conversation items, and composes owners that return decisions rather than call b
   must qualify before it interrupts; playback (engine/playback.py) says how
   long the assistant is audible;
 - the prepare chain (engine/prepare_chain.py) hands committed turns to the model,
-  in wire order;
+  in wire order, and the history bounds (engine/history_bounds.py) are kept after
+  each commit;
 - the Responder (engine/responder.py) owns the response lifecycle: epoch, active
   and deferred responses, cancel and finalize; each response task streams one
   response's chunks to the outbox and reports when the stream ends.
@@ -32,7 +33,6 @@ import numpy.typing as npt
 from openai.types.realtime import (
     ConversationCreatedEvent,
     ConversationItemAdded,
-    ConversationItemDeletedEvent,
     ConversationItemDone,
     InputAudioBufferClearedEvent,
     InputAudioBufferCommittedEvent,
@@ -48,14 +48,13 @@ from engine.conversation import Conversation, Item
 from engine.emitter import Emitter, Flush, Ids, Outbox, OutboxOverflow
 from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
 from engine.held_speech import Drop, HearingDone, HeldSpeech, Interrupt, OffLoopHearing
-from engine.history import audio_to_release, items_to_drop
+from engine.history_bounds import HistoryBounds
 from engine.images import ImageRules
 from engine.ingest_pace import IngestPace
 from engine.input_audio import InputAudio
 from engine.input_buffer import InputBuffer
 from engine.interruption import HearingRecognizer, InterruptionParams, holds
 from engine.item_events import ItemEvents
-from engine.items import prompt_item
 from engine.limits import EngineLimits
 from engine.mailbox import Close, Drain, End, Mailbox, Message, PreparationFinished, Reject
 from engine.mcp.client import McpClient, NoMcp
@@ -206,14 +205,22 @@ class Session:
         self.transcription = InputTranscription(
             executor, self.emit, self.conversation, self._post, self.limits.partial_transcript_ms
         )
+        self.history = HistoryBounds(
+            config=lambda: self.config,
+            conversation=self.conversation,
+            limits=self.limits,
+            responder=self.responder,
+            transcription=self.transcription,
+            playback=self.playback,
+            emit=self.emit,
+        )
 
     @property
     def buffer(self) -> InputBuffer:
         return self.input.buffer
 
     def _now_ms(self) -> int:
-        """The input audio clock: ms of audio received since the session began."""
-        return self.buffer.pos_to_ms(self.buffer.end)
+        return self.input.now_ms()
 
     # --- the mailbox ----------------------------------------------------------------
 
@@ -355,7 +362,7 @@ class Session:
                 await self.items.truncate(m)
             case protocol.ConversationItemCreate():
                 self.items.create(m)
-                self._bound_history()
+                self.history.enforce()
             case protocol.ConversationItemRetrieve():
                 self.items.retrieve(m)
             case protocol.ConversationItemDelete():
@@ -371,7 +378,7 @@ class Session:
                 self.responder.finished(m)
             case TranscriptionFinished():
                 self.transcription.finished(m)
-                self._bound_history()  # a transcript is text the bounds count
+                self.history.enforce()  # a transcript is text the bounds count
             case PartialHeard():
                 self.transcription.partial_heard(m)
             case EndOfTurnScored():
@@ -755,7 +762,7 @@ class Session:
             )
         if self.config.input_transcription is not None:
             self.transcription.start(turn)
-        self._bound_history()
+        self.history.enforce()
 
     def _on_clear(self) -> None:
         self.input.clear()
@@ -845,29 +852,7 @@ class Session:
         response, before its `response.done`)."""
         self.playback.answer_ended(ended.response_id, self._now_ms(), ended.audio_ms, ended.spoke)
         self.postponed.answer_ended(ended.response_id, ended.protects)
-        self._bound_history()
-
-    # --- history ----------------------------------------------------------------------
-
-    def _bound_history(self) -> None:
-        """Release the oldest audio past `max_history_audio_ms`, then drop the oldest
-        items past `max_history_items` or `max_history_text_chars` (engine/history.py).
-        A user turn with no transcript first gets the executor's, for history."""
-        limits = self.limits
-        in_use = self.responder.items_in_use()
-        items = self.conversation.items
-        for item in audio_to_release(items, limits.max_history_audio_ms, in_use):
-            if item.role == "user" and item.kind == "message" and not item.transcript:
-                turn = prompt_item(item, self.config.speech_hint)
-                self.transcription.start(turn, for_client=False)
-            item.release_audio()
-        dropped = items_to_drop(
-            items, limits.max_history_items, limits.max_history_text_chars, in_use
-        )
-        for item in dropped:
-            self.conversation.remove(item.id)
-            self.playback.forget(item.id)
-            self.emit.control(ConversationItemDeletedEvent, item_id=item.id)
+        self.history.enforce()
 
     # --- shutdown -------------------------------------------------------------------------
 
