@@ -1,5 +1,6 @@
 """Qualified interruption: while the assistant is audible, speech must qualify before
-it interrupts. Pure decisions; the session holds the state (engine/session.py).
+it interrupts. Pure decisions; the state is held speech's (engine/held_speech.py), acted
+on by the user's turns (engine/user_turns.py).
 
 Speech that starts while a response streams, or while its audio still plays at the
 client (by the clock of what was sent), is *held*: no `speech_started` (clients

@@ -2,22 +2,23 @@
 
 Client events and the results of the session's own background tasks arrive in one
 mailbox and are handled one at a time by `run()`, so no state is ever written by
-two tasks. The session owns the configuration, the turn being spoken and the
-conversation items, and composes owners that return decisions rather than call back:
+two tasks. The session owns the configuration (`session.update`) and its own
+lifecycle, and routes each message to the owner that acts on it; the owners return
+decisions rather than call back:
 
+- the user's turns (engine/user_turns.py): input audio through turn detection, held
+  and postponed speech into `speech_started` / `speech_stopped`, early answers, the
+  idle timeout and commits;
 - the input audio (engine/input_audio.py): decode, echo guard, noise, the buffer;
-- turn detection: the VAD stream and detector (engine/turns.py,
-  engine/semantic_turns.py), the end-of-turn model's scoring at pauses
-  (engine/pause_scoring.py) and speculation during a pause (engine/speculation.py);
-- held speech (engine/held_speech.py): speech while the assistant is audible, which
-  must qualify before it interrupts; playback (engine/playback.py) says how
-  long the assistant is audible;
+- playback (engine/playback.py): what the client was sent, and until when it hears it;
 - the prepare chain (engine/prepare_chain.py) hands committed turns to the model,
-  in wire order, and the history bounds (engine/history_bounds.py) are kept after
-  each commit;
+  in wire order;
 - the Responder (engine/responder.py) owns the response lifecycle: epoch, active
   and deferred responses, cancel and finalize; each response task streams one
-  response's chunks to the outbox and reports when the stream ends.
+  response's chunks to the outbox and reports when the stream ends;
+- the conversation's client events (engine/item_events.py), input transcription
+  (engine/transcription.py), the history bounds (engine/history_bounds.py) and the
+  session's MCP servers (engine/mcp/tools.py).
 """
 
 from __future__ import annotations
@@ -32,28 +33,20 @@ import numpy as np
 import numpy.typing as npt
 from openai.types.realtime import (
     ConversationCreatedEvent,
-    ConversationItemAdded,
-    ConversationItemDone,
-    InputAudioBufferClearedEvent,
-    InputAudioBufferCommittedEvent,
-    InputAudioBufferSpeechStartedEvent,
-    InputAudioBufferSpeechStoppedEvent,
-    InputAudioBufferTimeoutTriggered,
     SessionCreatedEvent,
     SessionUpdatedEvent,
 )
 
 from engine import protocol
-from engine.conversation import Conversation, Item
-from engine.emitter import Emitter, Flush, Ids, Outbox, OutboxOverflow
-from engine.end_of_turn import END_OF_TURN_WINDOW_S, EndOfTurnModel
-from engine.held_speech import Drop, HearingDone, HeldSpeech, Interrupt, OffLoopHearing
+from engine.conversation import Conversation
+from engine.emitter import Emitter, Ids, Outbox, OutboxOverflow
+from engine.end_of_turn import EndOfTurnModel
+from engine.held_speech import HearingDone
 from engine.history_bounds import HistoryBounds
 from engine.images import ImageRules
-from engine.ingest_pace import IngestPace
 from engine.input_audio import InputAudio
 from engine.input_buffer import InputBuffer
-from engine.interruption import HearingRecognizer, InterruptionParams, holds
+from engine.interruption import HearingRecognizer
 from engine.item_events import ItemEvents
 from engine.limits import EngineLimits
 from engine.mailbox import Close, Drain, End, Mailbox, Message, PreparationFinished, Reject
@@ -64,16 +57,13 @@ from engine.observer import Observer
 from engine.partials import PartialHeard
 from engine.pause_scoring import EndOfTurnScored
 from engine.playback import PLAYBACK_EVENTS, Playback, PlaybackReport, TrackAudio
-from engine.postponed_speech import PostponedSpeech, protects
 from engine.prepare_chain import PrepareChain, PrepareChainBroken
 from engine.prompts import PromptLibrary
 from engine.protocol.events import ValidatedEvent
 from engine.responder import Responder, ResponseEnded
 from engine.response import (
     ResponseFinished,
-    ResponseRequest,
     request_from_create,
-    speculative_prompt,
 )
 from engine.session_config import (
     apply_update,
@@ -85,15 +75,9 @@ from engine.tracing import trace_label
 from engine.transcription import InputTranscription, TranscriptionFinished
 from engine.transcription_session import SessionType, opened_type
 from engine.transcription_session import refusal as transcription_refusal
-from engine.turn_detection import AnswerEarly, TurnDetection
-from engine.turns import (
-    PauseCandidate,
-    SpeechStarted,
-    SpeechStopped,
-    TurnEvent,
-)
+from engine.user_turns import UserTurns
 from engine.vad import VadBackend
-from models.base import PCM_RATE, Executor, PromptItem
+from models.base import Executor
 from models.listening.fair_pool import CALLER
 
 log = logging.getLogger(__name__)
@@ -151,24 +135,6 @@ class Session:
         )
         self.emit = Emitter(self.outbox, self.ids)
         self.conversation = Conversation(self.ids.new("conv"))
-        # Turn detection, with semantic_vad's end-of-turn model (shared by all
-        # sessions; None: semantic_vad ends turns after a fixed silence).
-        limits = self.limits
-        pace = (
-            IngestPace(limits.ingest_speed, limits.ingest_burst_s) if limits.ingest_speed else None
-        )
-        paced = partial(observer.audio_paced, session_id) if observer else lambda seconds: None
-        self.turns = TurnDetection(
-            vad_backend, end_of_turn, executor, self._post, session_id, pace, paced
-        )
-        self.turns.use(self.turns.new_detector(self.config.turn_detection, 0))
-        # Speech while the assistant is audible; its recognizer (shared by all
-        # sessions) hears it; None: duration alone qualifies it.
-        self.held = HeldSpeech(
-            None if hearing is None else OffLoopHearing(hearing, self._post, self.session_id)
-        )
-        # Speech over an answer that cannot be interrupted waits for it to be heard.
-        self.postponed = PostponedSpeech()
         self.prepares = PrepareChain(
             notify=lambda preparation, error: self._post(PreparationFinished(preparation, error))
         )
@@ -197,7 +163,6 @@ class Session:
             mcp=self.mcp,
         )
         self._busy = False
-        self._speech: tuple[str, int] | None = None  # (item id, start position) of a turn
         images = ImageRules.of(executor.sees_images, self.limits)
         self.items = ItemEvents(
             self.conversation, self.emit, self.ids, self.responder, self.playback, images
@@ -214,13 +179,32 @@ class Session:
             playback=self.playback,
             emit=self.emit,
         )
+        # The input side: audio into turns, turns into items (engine/user_turns.py).
+        self.user_turns = UserTurns(
+            config=lambda: self.config,
+            input_audio=self.input,
+            executor=executor,
+            vad_backend=vad_backend,
+            end_of_turn=end_of_turn,
+            hearing=hearing,
+            conversation=self.conversation,
+            prepares=self.prepares,
+            responder=self.responder,
+            playback=self.playback,
+            transcription=self.transcription,
+            mcp=self.mcp,
+            emit=self.emit,
+            ids=self.ids,
+            limits=self.limits,
+            session_id=self.session_id,
+            post=self._post,
+            history=self.history,
+            observer=observer,
+        )
 
     @property
     def buffer(self) -> InputBuffer:
         return self.input.buffer
-
-    def _now_ms(self) -> int:
-        return self.input.now_ms()
 
     # --- the mailbox ----------------------------------------------------------------
 
@@ -267,7 +251,7 @@ class Session:
             and not self.responder.responding
             and all(r.task.done() for r in self.prepares.tracked())
             and self.transcription.idle()
-            and self.turns.scoring.idle()
+            and self.user_turns.idle()
         )
 
     async def run(self) -> None:
@@ -343,13 +327,13 @@ class Session:
                 raise refused  # no responses, no conversation to edit
         match m:
             case protocol.InputAudioBufferAppend():
-                await self._on_append(m)
+                await self.user_turns.append(m)
             case TrackAudio():
-                await self._on_track_audio(m)
+                await self.user_turns.track_audio(m)
             case protocol.InputAudioBufferCommit():
-                self._on_commit(m)
+                self.user_turns.commit(m)
             case protocol.InputAudioBufferClear():
-                self._on_clear()
+                self.user_turns.clear()
             case protocol.SessionUpdate():
                 self._on_session_update(m)
             case protocol.ResponseCreate():
@@ -369,7 +353,7 @@ class Session:
                 self.items.delete(m)
             case protocol.OutputAudioBufferClear():
                 await self.responder.clear_output(m)
-                self.postponed.answer = None  # the client stopped playing it
+                self.user_turns.output_cleared()
             case Reject():
                 self._error(m.error)
             case PreparationFinished():
@@ -382,9 +366,9 @@ class Session:
             case PartialHeard():
                 self.transcription.partial_heard(m)
             case EndOfTurnScored():
-                await self._on_end_of_turn_scored(m)
+                await self.user_turns.end_of_turn_scored(m)
             case HearingDone():
-                await self._on_hearing_done(m)
+                await self.user_turns.hearing_done(m)
             case PlaybackReport():
                 await self._on_playback(m)
             case McpListed():
@@ -394,142 +378,6 @@ class Session:
         self.emit.error(exc)
         if self.observer is not None:
             self.observer.error_sent(self.session_id, exc.code)
-
-    # --- input audio ------------------------------------------------------------------
-
-    async def _on_append(self, event: protocol.InputAudioBufferAppend) -> None:
-        if self._no_room_for(self.config.input_format.ms_of(len(event.pcm))):
-            # Refused before decoding, so the decoder's state holds nothing of it.
-            raise protocol.ProtocolError(
-                "input_audio_buffer_full",
-                f"The input audio buffer holds at most {self.limits.max_buffer_ms} ms; "
-                "commit or clear it first.",
-                event_id=event.event_id,
-            )
-        await self._take_audio(self.input.decode(event), event.received_at)
-
-    def _no_room_for(self, incoming_ms: float) -> bool:
-        """Without turn detection the buffer only grows until the client commits or
-        clears it: audio that would take it past `max_buffer_ms` is refused."""
-        held_ms = self.input.held_ms()
-        return self.turns.detector is None and held_ms + incoming_ms > self.limits.max_buffer_ms
-
-    async def _on_track_audio(self, audio: TrackAudio) -> None:
-        # A track cannot be refused an append at a time: past the bound its audio is
-        # dropped, and the client told once.
-        dropped = self._no_room_for(len(audio.pcm) * 1000 / PCM_RATE)
-        if self.input.track_dropped(dropped):
-            self._error(
-                protocol.ProtocolError(
-                    "input_audio_buffer_full",
-                    f"The input audio buffer holds at most {self.limits.max_buffer_ms}"
-                    " ms; commit or clear it. Track audio is dropped until then.",
-                )
-            )
-        if not dropped:
-            await self._take_audio(audio.pcm, audio.received_at)
-
-    async def _take_audio(self, pcm: npt.NDArray[np.int16], received_at: float | None) -> None:
-        """Decoded input, 24 kHz: echo and noise, the buffer, VAD and turns."""
-        pcm = self.input.take(pcm, received_at)
-        detector = self.turns.detector  # only this task replaces it, and not while here
-        events = await self.turns.feed(pcm, offload=len(pcm) > self.limits.vad_offload_samples)
-        if detector is None:
-            return
-        await self._release_postponed()
-        for turn_event in events:
-            await self._on_turn_event(turn_event, received_at)
-        if self.turns.after_frames(self._turn_so_far, self._turn_ms()) is not None:
-            self._answer_early()
-        if self.config.input_transcription is not None and detector.pause_ms is None:
-            self.transcription.partials.grew(self._turn_heard, self._turn_ms())
-        if detector.in_speech:
-            self.held.grew(self._now_ms() - (detector.pause_ms or 0))
-        await self._advance_held()
-        full = len(self.buffer) > self.buffer.ms_to_pos(self.limits.max_buffer_ms)
-        if self.held.ended and full:
-            await self._advance_held(final=True)  # no more waiting for the recognizer
-        if self.postponed.ended and full:
-            self._commit_postponed()  # no more room to wait in
-        if self.held.ended or self.postponed.ended:
-            pass  # its audio waits in the buffer for the verdict, or for the answer's end
-        elif not detector.in_speech:
-            self._check_idle_timeout()
-            # Idle: keep only what a future turn's prefix padding can reach.
-            keep_ms = (
-                self.config.turn_detection.prefix_padding_ms if self.config.turn_detection else 0
-            )
-            self.buffer.discard_before(self.buffer.end - self.buffer.ms_to_pos(keep_ms + 500))
-        elif len(self.buffer) > self.buffer.ms_to_pos(self.limits.max_buffer_ms):
-            # A turn longer than the buffer holds (noise the VAD calls speech): end it.
-            stop = detector.force_stop(self._now_ms())
-            if stop is not None:
-                await self._on_turn_event(stop, received_at)
-
-    async def _on_turn_event(self, event: TurnEvent, frame_received: float | None) -> None:
-        """A turn detection event found while handling an append whose frame reached
-        the server at `frame_received` (stamped only for an observer)."""
-        params = self.config.turn_detection
-        assert params is not None
-        if isinstance(event, SpeechStarted):
-            if self.held.held is not None:  # the last held speech ended, unheard: decide now
-                await self._advance_held(final=True)
-            self.playback.user_spoke()
-            if self.postponed.resumed():
-                return  # more of the turn said over an uninterruptible answer
-            item_id = self.ids.new("item")
-            start = self.buffer.ms_to_pos(event.audio_start_ms)
-            self._speech = (item_id, start)
-            self.buffer.discard_before(start)
-            if holds(self._interruption(), self._assistant_audible()):
-                self.held.hold(item_id, start, event.audio_start_ms, event.onset_ms)
-                return
-            if self._protected():
-                self.postponed.postpone(item_id, start, event.audio_start_ms)
-                return
-            await self._speech_started(item_id, event.audio_start_ms)
-        elif isinstance(event, PauseCandidate):
-            self._score_pause(event.pause_id)
-        elif isinstance(event, SpeechStopped):
-            if self.held.stopped(event, frame_received):
-                await self._advance_held()
-                return
-            if self.postponed.stopped(event, frame_received):
-                return
-            if self._speech is not None and not self._assistant_audible():
-                end = self.buffer.ms_to_pos(event.speech_end_ms or event.audio_end_ms)
-                self.held.learn(self.buffer.copy(self._speech[1], end))  # the user's voice
-            await self._speech_stopped(event, frame_received)
-
-    async def _speech_started(self, item_id: str, audio_start_ms: int) -> None:
-        params = self.config.turn_detection
-        assert params is not None
-        self.emit.flushing(
-            InputAudioBufferSpeechStartedEvent,
-            Flush.ALL if params.interrupt_response else Flush.CLIENT,
-            audio_start_ms=audio_start_ms,
-            item_id=item_id,
-        )
-        self.transcription.partials.announced(item_id)
-        if self.observer is not None:
-            self.observer.speech_started(self.session_id, item_id, audio_start_ms)
-        await self.responder.barge_in(params.interrupt_response)
-
-    async def _speech_stopped(self, event: SpeechStopped, frame_received: float | None) -> None:
-        params = self.config.turn_detection
-        assert params is not None
-        item_id, start = self._speech or (self.ids.new("item"), self.buffer.start)
-        self._speech = None
-        self.emit.control(
-            InputAudioBufferSpeechStoppedEvent, audio_end_ms=event.audio_end_ms, item_id=item_id
-        )
-        self._commit(item_id, start, self.buffer.ms_to_pos(event.audio_end_ms))
-        if params.create_response:
-            self.responder.request(ResponseRequest(from_client=False))
-        if self.observer is not None:
-            self.observer.speech_stopped(
-                self.session_id, item_id, event.audio_end_ms, frame_received
-            )
 
     # --- playout by the transport (WebRTC) ---------------------------------------------
 
@@ -542,245 +390,9 @@ class Session:
             self.emit.control(announced, response_id=played.response_id)
         # The server played it: its playback ended now, not at the estimate made when
         # the answer ended (held speech and idle_timeout_ms count from here).
-        self.playback.reported(played, self._now_ms())
+        self.playback.reported(played, self.input.now_ms())
         if played.item_id is not None:
             await self.items.truncate_played(played.item_id, played.played_ms)
-
-    # --- qualified interruption (engine/held_speech.py) ------------------------------
-
-    def _assistant_audible(self) -> bool:
-        """A response is streaming, or its audio may still be playing at the client."""
-        return self.responder.active is not None or self.playback.audible(self._now_ms())
-
-    def _interruption(self) -> InterruptionParams | None:
-        """Qualified interruption's settings: the session's; with it off but the echo
-        guard on, the defaults (held speech is where the guard finds the assistant's
-        own voice); None: every speech start interrupts."""
-        params = self.config.turn_detection
-        if params is None:
-            return None
-        off = params.interruption is None or not params.interruption.enabled
-        if off and self.input.guards_echo:
-            return InterruptionParams()
-        return params.interruption
-
-    async def _advance_held(self, *, final: bool = False) -> None:
-        """Take held speech's next step and act on it; `final`: decide now with what
-        is known (new speech needs the floor)."""
-        params = self._interruption()
-        if params is None or self.held.held is None:
-            return
-        detection = self.config.turn_detection
-        padding_ms = detection.prefix_padding_ms if detection else 0
-        decision = self.held.step(params, self.input, padding_ms, final=final)
-        if isinstance(decision, Interrupt):
-            if decision.moved:
-                self._speech = (decision.item_id, decision.start)
-                self.buffer.discard_before(decision.start)
-            if self._protected():
-                self.postponed.postpone(
-                    decision.item_id,
-                    decision.start,
-                    decision.audio_start_ms,
-                    decision.stop,
-                    decision.frame_received,
-                )
-                return
-            await self._speech_started(decision.item_id, decision.audio_start_ms)
-            if decision.stop is not None:
-                await self._speech_stopped(decision.stop, decision.frame_received)
-        elif isinstance(decision, Drop):
-            self.turns.speculation.discard()
-            if decision.end_ms is not None:
-                # No turn: its audio goes, the answer plays on.
-                self._speech = None
-                self.buffer.discard_before(self.buffer.ms_to_pos(decision.end_ms))
-
-    # --- speech over an uninterruptible answer (engine/postponed_speech.py) --------------
-
-    def _protected(self) -> bool:
-        """Speech now would cut an answer that cannot be interrupted."""
-        active = self.responder.active
-        answer = self.postponed.answer
-        audible = (
-            answer is not None
-            and self.playback.answer == answer
-            and self.playback.audible(self._now_ms())
-        )
-        return protects(None if active is None else active.request.interruptible, audible)
-
-    async def _release_postponed(self) -> None:
-        """The answer was heard: the turn said over it goes out as any turn does, and
-        is answered."""
-        if self.postponed.turn is None or self._protected():
-            return
-        turn = self.postponed.take()
-        assert turn is not None
-        await self._speech_started(turn.item_id, turn.audio_start_ms)
-        if turn.stop is not None:
-            await self._speech_stopped(turn.stop, turn.frame_received)
-
-    def _commit_postponed(self) -> None:
-        """The input buffer is full while an ended turn waits: it is committed now
-        without its speech events (a speech_started would stop the answer's playback)
-        and answered after the answer, as `idle_timeout_ms` commits a turn."""
-        turn = self.postponed.take()
-        assert turn is not None and turn.stop is not None
-        self._speech = None
-        self._commit(turn.item_id, turn.start, self.buffer.ms_to_pos(turn.stop.audio_end_ms))
-        params = self.config.turn_detection
-        if params is not None and params.create_response:
-            self.responder.request(ResponseRequest(from_client=False))
-
-    async def _on_hearing_done(self, message: HearingDone) -> None:
-        params = self._interruption()
-        if params is not None and self.held.heard(message, params):
-            await self._advance_held()
-
-    # --- semantic_vad: the end-of-turn model ---------------------------------------------
-
-    def _score_pause(self, pause_id: int) -> None:
-        """Ask the end-of-turn model about the turn so far (answered by mailbox)."""
-        if self._speech is None:
-            return
-        window = self.buffer.ms_to_pos(round(END_OF_TURN_WINDOW_S * 1000))
-        start = max(self._speech[1], self.buffer.end - window)
-        words = partial(self.executor.speculative_text, self._speech[0])
-        self.turns.scoring.score(pause_id, self.buffer.copy(start, self.buffer.end), words)
-
-    async def _on_end_of_turn_scored(self, message: EndOfTurnScored) -> None:
-        decided = self.turns.scored(message)
-        if isinstance(decided, SpeechStopped):
-            await self._on_turn_event(decided, None)
-        elif isinstance(decided, AnswerEarly):
-            self._answer_early()
-
-    # --- speculative work during a pause (engine/speculation.py) -------------------------
-
-    def _turn_so_far(self) -> PromptItem | None:
-        if self.config.type == "transcription":
-            return None  # (a transcription session has no answer to begin early)
-        return self._turn_heard()
-
-    def _turn_heard(self) -> PromptItem | None:
-        """The turn in progress so far (its partial transcripts, in either type)."""
-        if self._speech is None:
-            return None
-        item_id, start = self._speech
-        audio = self.buffer.copy(start, self.buffer.end)
-        return PromptItem(item_id, "user", audio=audio, hint=self.config.speech_hint)
-
-    def _turn_ms(self) -> int:
-        """The turn in progress so far, in ms of audio (0: none)."""
-        if self._speech is None:
-            return 0
-        return self._now_ms() - self.buffer.pos_to_ms(self._speech[1])
-
-    def _answer_early(self) -> None:
-        """Begin the answer the commit would ask for, if it would ask for one at once
-        (see models/speculative_responses.py)."""
-        params = self.config.turn_detection
-        if params is None or not params.create_response or self.responder.active is not None:
-            return
-        turn = self._turn_so_far()
-        if turn is None or self.turns.speculation.item_id != turn.id:
-            return  # the turn itself is not being speculated on
-        prompt = speculative_prompt(
-            self.ids.new("resp"),
-            self.conversation.items,
-            turn,
-            self.config,
-            self.session_id,
-            self.mcp.offered_tools({t.name for t in self.config.tools}),
-        )
-        fitted = self.responder.fit(prompt)  # cut as the response's will be
-        if fitted is not None:
-            self.executor.answer_early(fitted)
-
-    def _check_idle_timeout(self) -> None:
-        """server_vad `idle_timeout_ms`: silence for that long after an answer has
-        finished playing commits the (silent) input and asks for a response, so the
-        assistant can prompt the user. Measured on the input audio clock, which
-        keeps running while the client streams its microphone."""
-        params = self.config.turn_detection
-        if params is None or params.idle_timeout_ms is None or self.responder.active is not None:
-            return
-        now_ms = self._now_ms()
-        since = self.playback.idle_since(now_ms, params.idle_timeout_ms)
-        if since is None:
-            return
-        item_id = self.ids.new("item")
-        start_ms = max(self.buffer.pos_to_ms(self.buffer.start), since)
-        self.emit.control(
-            InputAudioBufferTimeoutTriggered,
-            audio_start_ms=start_ms,
-            audio_end_ms=now_ms,
-            item_id=item_id,
-        )
-        self._commit(item_id, self.buffer.ms_to_pos(start_ms), self.buffer.end)
-        self.responder.request(ResponseRequest(from_client=False))
-
-    def _on_commit(self, event: protocol.InputAudioBufferCommit) -> None:
-        have_ms = self.input.held_ms()
-        if have_ms < self.limits.min_commit_ms:
-            raise protocol.ProtocolError(
-                "input_audio_buffer_commit_empty",
-                f"Error committing input audio buffer: expected at least "
-                f"{self.limits.min_commit_ms}ms of audio, but the buffer has {have_ms}ms.",
-                event_id=event.event_id,
-            )
-        item_id = self._speech[0] if self._speech else self.ids.new("item")
-        self._speech = None
-        self._reset_turn_detection()
-        # What the resampler (and the noise suppressor) still hold belongs to this turn too.
-        self.input.flush()
-        self._commit(item_id, self.buffer.start, self.buffer.end)
-
-    def _commit(self, item_id: str, begin: int, end: int) -> None:
-        """Move [begin, end) of the input buffer into a user item and hand it to the
-        model. Audio after `end` stays in the buffer for the next turn."""
-        audio = self.buffer.take(begin, end)
-        item = Item(id=item_id, role="user", audio=audio, rate=PCM_RATE)
-        previous = self.conversation.append(item)
-        self.emit.control(
-            InputAudioBufferCommittedEvent, item_id=item_id, previous_item_id=previous
-        )
-        if self.observer is not None:
-            self.observer.committed(self.session_id, item_id)
-        self.emit.control(ConversationItemAdded, item=item.wire(), previous_item_id=previous)
-        self.emit.control(ConversationItemDone, item=item.wire(), previous_item_id=previous)
-        turn = PromptItem(item_id, "user", audio=audio, rate=PCM_RATE, hint=self.config.speech_hint)
-        self.turns.speculation.committed(item_id)
-        # Closing a committed turn makes this preparation response-bound: no response
-        # may start before the model has the turn (a transcription session has none).
-        if self.config.type == "realtime":
-            self.prepares.submit(
-                lambda: self.executor.prepare(turn),
-                epoch=self.responder.epoch,
-                response_bound=True,
-                label=item_id,
-            )
-        if self.config.input_transcription is not None:
-            self.transcription.start(turn)
-        self.history.enforce()
-
-    def _on_clear(self) -> None:
-        self.input.clear()
-        self._speech = None
-        self._reset_turn_detection()
-        self.emit.control(InputAudioBufferClearedEvent)
-
-    def _stop_turn_work(self) -> None:
-        """Stop what turn detection has in flight: the end-of-turn scoring, speculation
-        and held speech with its hearing."""
-        self.turns.stop_work()
-        self.held.reset()
-        self.postponed.reset()
-
-    def _reset_turn_detection(self) -> None:
-        self.held.reset()
-        self.postponed.reset()
-        self.turns.reset(self._now_ms())
 
     def _on_preparation_finished(self, message: PreparationFinished) -> None:
         error = message.error
@@ -815,9 +427,7 @@ class Session:
             raise refused
         change = self.input.prepare(old, new, event.event_id)
         vad_changed = new.turn_detection != old.turn_detection
-        detector = (
-            self.turns.new_detector(new.turn_detection, self._now_ms()) if vad_changed else None
-        )
+        detector = self.user_turns.new_detector(new.turn_detection) if vad_changed else None
         try:
             updated = self.emit.build(SessionUpdatedEvent, session=to_wire(new))
         except Exception:  # building has no side effects: refuse, keep the session
@@ -833,10 +443,7 @@ class Session:
         self.config = new
         self.input.apply(change)
         if vad_changed:
-            self.held.reset()
-            self.postponed.reset()
-            self.turns.use(detector)
-            self._speech = None
+            self.user_turns.use(detector)
         self.emit.send(updated)
         if self.observer is not None and new.tracing != old.tracing:
             self.observer.tracing_set(self.session_id, trace_label(new.tracing))
@@ -850,8 +457,9 @@ class Session:
     def _on_response_ended(self, ended: ResponseEnded) -> None:
         """What an ended response changes here (the Responder calls this once per
         response, before its `response.done`)."""
-        self.playback.answer_ended(ended.response_id, self._now_ms(), ended.audio_ms, ended.spoke)
-        self.postponed.answer_ended(ended.response_id, ended.protects)
+        now_ms = self.input.now_ms()
+        self.playback.answer_ended(ended.response_id, now_ms, ended.audio_ms, ended.spoke)
+        self.user_turns.answer_ended(ended.response_id, ended.protects)
         self.history.enforce()
 
     # --- shutdown -------------------------------------------------------------------------
@@ -860,7 +468,7 @@ class Session:
         """The connection is gone: stop the model and every task, bounded."""
         await self.responder.shutdown()
         await self.mcp.close()
-        self._stop_turn_work()
+        self.user_turns.stop()
         self.transcription.cancel_all()
         await self.prepares.cancel_all(self.limits.abort_timeout_s)
         self.outbox.close()

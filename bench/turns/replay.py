@@ -6,7 +6,7 @@ scored by a `VadStream` (so frames arrive as they would, late by the resampler's
 hold-back). The detector sees them append by append. For semantic_vad a
 `PauseCandidate` is scored on the audio the session would score at that moment (from
 the turn's `audio_start_ms` to the end of the audio received, at most the last 8 s,
-engine/session.py `_score_pause`) and the probability reaches `decide` once
+engine/user_turns.py `_score_pause`) and the probability reaches `decide` once
 `score_delay_ms` more audio has been received: the model's latency, during which the
 detector keeps being fed. Times of events are on the audio clock (an append is
 "received" when its last sample has been captured, as the live client sends it);

@@ -212,7 +212,7 @@ async def test_an_update_whose_wire_form_fails_changes_nothing(
         config, decoder, detector = (
             h.session.config,
             h.session.input.decoder,
-            h.session.turns.detector,
+            h.session.user_turns.detection.detector,
         )
         assert detector is not None
 
@@ -235,7 +235,7 @@ async def test_an_update_whose_wire_form_fails_changes_nothing(
         assert_refused(h, "session", "e2")
         assert h.session.config == config
         assert h.session.input.decoder is decoder
-        assert h.session.turns.detector is detector
+        assert h.session.user_turns.detection.detector is detector
         assert len(h.of("session.updated")) == 1
 
         monkeypatch.undo()

@@ -498,7 +498,7 @@ class SessionMachine(RuleBasedStateMachine):
                 assert reason != "turn_detected", f"{response['id']} was cut by speech"
             elif e["type"] == "input_audio_buffer.speech_started":
                 assert not open_now, "speech_started during an uninterruptible answer"
-        if self.client.session.postponed.turn is not None:
+        if self.client.session.user_turns.postponed.turn is not None:
             self._seen.add("speech postponed")
 
     @invariant()

@@ -142,7 +142,7 @@ async def test_a_score_for_another_request_is_ignored() -> None:
         await h.settle()
         await send_all(h, np.concatenate([silence(300), load_wav("weather"), silence(1000)]))
         pending = await model.asked(h)
-        scoring = h.session.turns.scoring
+        scoring = h.session.user_turns.detection.scoring
         assert scoring.in_flight is not None
         request, pause_id = scoring.in_flight
         assert not scoring.answered(EndOfTurnScored(request + 1, pause_id, 1.0))

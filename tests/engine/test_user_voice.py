@@ -119,7 +119,7 @@ async def test_background_talk_still_never_interrupts_a_calibrated_session(
     async with Harness(executor, hearing=hearing) as h:
         await h.send(quiet_update())
         await earlier_turn(h, user())
-        assert h.session.held.user is not None, why
+        assert h.session.user_turns.held.user is not None, why
         await speaking(h)
         await babble_heard_as_words(h, hearing)
         assert len(hearing.calls) >= 10, why  # heard again as it grew, then whole

@@ -237,4 +237,4 @@ async def test_sessions_on_a_batcher_cut_the_same_turns_as_inline_silero() -> No
 def test_session_accepts_a_batcher_as_its_backend() -> None:
     batcher = VadBatcher(SileroOnnxBackend())
     session = Session(ScriptedExecutor(), batcher, model="m")
-    assert session.turns.vad.backend is batcher
+    assert session.user_turns.detection.vad.backend is batcher
