@@ -55,11 +55,12 @@ from engine.response import (
     function_tools,
     prompt_for,
     response_wire,
+    speculative_prompt,
 )
 from engine.response_stream import ResponseGate, ResponseStream
 from engine.session_config import SessionConfig
 from engine.truncation import ContextCut, ContextTooLong
-from models.base import Executor, Prompt
+from models.base import Executor, Prompt, PromptItem
 
 log = logging.getLogger("engine.session")
 
@@ -130,15 +131,26 @@ class Responder:
         out-of-band response has a lane of its own, removed when it is cancelled."""
         return self.epoch if lane == CONVERSATION else self._oob_epochs.get(lane, -1)
 
-    def fit(self, prompt: Prompt) -> Prompt | None:
-        """An early answer's prompt, cut as its response's will be (None: it would
-        fail, truncation being disabled); the session's cut stays where it is."""
+    def answer_early(self, turn: PromptItem) -> None:
+        """Begin the answer a commit of `turn` would ask for (see
+        models/speculative_responses.py): the prompt its response will have, cut as
+        that one's will be, the session's cut staying where it is; none when it would
+        fail (truncation disabled)."""
+        config = self._config()
+        names = {t.name for t in config.tools}
+        prompt = speculative_prompt(
+            self._ids.new("resp"),
+            self._conversation.items,
+            turn,
+            config,
+            self._session_id,
+            () if self._mcp is None else self._mcp.offered_tools(names),
+        )
         try:
-            return self._context.apply(
-                prompt, self._executor, self._config().truncation, keep=False
-            )
+            fitted = self._context.apply(prompt, self._executor, config.truncation, keep=False)
         except ContextTooLong:
-            return None
+            return
+        self._executor.answer_early(fitted)
 
     def holds_item(self, item_id: str) -> bool:
         """Whether `item_id` belongs to the response in progress."""

@@ -192,7 +192,6 @@ class Session:
             responder=self.responder,
             playback=self.playback,
             transcription=self.transcription,
-            mcp=self.mcp,
             emit=self.emit,
             ids=self.ids,
             limits=self.limits,

@@ -49,14 +49,13 @@ from engine.input_buffer import InputBuffer
 from engine.interruption import HearingRecognizer, InterruptionParams, holds
 from engine.limits import EngineLimits
 from engine.mailbox import Message
-from engine.mcp.tools import McpTools
 from engine.observer import Observer
 from engine.pause_scoring import EndOfTurnScored
 from engine.playback import Playback, TrackAudio
 from engine.postponed_speech import PostponedSpeech, protects
 from engine.prepare_chain import PrepareChain
 from engine.responder import Responder
-from engine.response import ResponseRequest, speculative_prompt
+from engine.response import ResponseRequest
 from engine.session_config import SessionConfig
 from engine.transcription import InputTranscription
 from engine.turn_detection import AnswerEarly, TurnDetection
@@ -87,7 +86,6 @@ class UserTurns:
         responder: Responder,
         playback: Playback,
         transcription: InputTranscription,
-        mcp: McpTools,
         emit: Emitter,
         ids: Ids,
         limits: EngineLimits,
@@ -104,7 +102,6 @@ class UserTurns:
         self._responder = responder
         self._playback = playback  # when the assistant is audible
         self._transcription = transcription
-        self._mcp = mcp  # the session's MCP tools, offered to an early answer
         self._emit = emit
         self._ids = ids
         self._limits = limits
@@ -435,24 +432,13 @@ class UserTurns:
     def _answer_early(self) -> None:
         """Begin the answer the commit would ask for, if it would ask for one at once
         (see models/speculative_responses.py)."""
-        config = self._config()
-        params = config.turn_detection
+        params = self._config().turn_detection
         if params is None or not params.create_response or self._responder.active is not None:
             return
         turn = self._turn_so_far()
         if turn is None or self.detection.speculation.item_id != turn.id:
             return  # the turn itself is not being speculated on
-        prompt = speculative_prompt(
-            self._ids.new("resp"),
-            self._conversation.items,
-            turn,
-            config,
-            self._session_id,
-            self._mcp.offered_tools({t.name for t in config.tools}),
-        )
-        fitted = self._responder.fit(prompt)  # cut as the response's will be
-        if fitted is not None:
-            self._executor.answer_early(fitted)
+        self._responder.answer_early(turn)
 
     def _check_idle_timeout(self) -> None:
         """server_vad `idle_timeout_ms`: silence for that long after an answer has
