@@ -31,11 +31,7 @@ from functools import partial
 
 import numpy as np
 import numpy.typing as npt
-from openai.types.realtime import (
-    ConversationCreatedEvent,
-    SessionCreatedEvent,
-    SessionUpdatedEvent,
-)
+from openai.types.realtime import ConversationCreatedEvent, SessionCreatedEvent, SessionUpdatedEvent
 
 from engine import protocol
 from engine.conversation import Conversation
@@ -61,16 +57,8 @@ from engine.prepare_chain import PrepareChain, PrepareChainBroken
 from engine.prompts import PromptLibrary
 from engine.protocol.events import ValidatedEvent
 from engine.responder import Responder, ResponseEnded
-from engine.response import (
-    ResponseFinished,
-    request_from_create,
-)
-from engine.session_config import (
-    apply_update,
-    new_config,
-    to_wire,
-    unhonoured,
-)
+from engine.response import ResponseFinished, request_from_create
+from engine.session_config import apply_update, new_config, to_wire, unhonoured
 from engine.tracing import trace_label
 from engine.transcription import InputTranscription, TranscriptionFinished
 from engine.transcription_session import SessionType, opened_type

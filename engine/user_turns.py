@@ -5,8 +5,8 @@ takes the input audio (appends and a media track), runs it through turn detectio
 and acts on what the detector and its own owners decide:
 
 - turn detection (engine/turn_detection.py): the VAD stream and detector, the
-  end-of-turn model's scoring at pauses and speculation during a pause, with early
-  answers (`executor.answer_early`) when a pause looks final;
+  end-of-turn model's scoring at pauses and speculation during a pause; when a pause
+  looks final, the answer is begun early (`Responder.answer_early`);
 - held speech (engine/held_speech.py): speech while the assistant is audible, which
   must qualify (engine/interruption.py) before it interrupts;
 - postponed speech (engine/postponed_speech.py): speech over an answer that cannot
@@ -95,7 +95,7 @@ class UserTurns:
         observer: Observer | None,
     ) -> None:
         self._config = config  # the session's current configuration
-        self.input = input_audio
+        self._input = input_audio  # the session's: its buffer holds the turns
         self._executor = executor
         self._conversation = conversation
         self._prepares = prepares
@@ -129,7 +129,7 @@ class UserTurns:
 
     @property
     def buffer(self) -> InputBuffer:
-        return self.input.buffer
+        return self._input.buffer
 
     def idle(self) -> bool:
         """No end-of-turn scoring in flight."""
@@ -139,7 +139,7 @@ class UserTurns:
 
     def new_detector(self, params: ServerVadParams | None) -> TurnDetector | None:
         """A detector for a `session.update`'s turn detection, used once `use`d."""
-        return self.detection.new_detector(params, self.input.now_ms())
+        return self.detection.new_detector(params, self._input.now_ms())
 
     def use(self, detector: TurnDetector | None) -> None:
         """Turn detection changed: the turn being spoken and all in flight go."""
@@ -172,12 +172,12 @@ class UserTurns:
                 "commit or clear it first.",
                 event_id=event.event_id,
             )
-        await self._take_audio(self.input.decode(event), event.received_at)
+        await self._take_audio(self._input.decode(event), event.received_at)
 
     def _no_room_for(self, incoming_ms: float) -> bool:
         """Without turn detection the buffer only grows until the client commits or
         clears it: audio that would take it past `max_buffer_ms` is refused."""
-        held_ms = self.input.held_ms()
+        held_ms = self._input.held_ms()
         return (
             self.detection.detector is None and held_ms + incoming_ms > self._limits.max_buffer_ms
         )
@@ -186,7 +186,7 @@ class UserTurns:
         # A track cannot be refused an append at a time: past the bound its audio is
         # dropped, and the client told once.
         dropped = self._no_room_for(len(audio.pcm) * 1000 / PCM_RATE)
-        if self.input.track_dropped(dropped):
+        if self._input.track_dropped(dropped):
             raise protocol.ProtocolError(
                 "input_audio_buffer_full",
                 f"The input audio buffer holds at most {self._limits.max_buffer_ms}"
@@ -197,7 +197,7 @@ class UserTurns:
 
     async def _take_audio(self, pcm: npt.NDArray[np.int16], received_at: float | None) -> None:
         """Decoded input, 24 kHz: echo and noise, the buffer, VAD and turns."""
-        pcm = self.input.take(pcm, received_at)
+        pcm = self._input.take(pcm, received_at)
         detector = self.detection.detector  # only this task replaces it, and not while here
         offload = len(pcm) > self._limits.vad_offload_samples
         events = await self.detection.feed(pcm, offload=offload)
@@ -211,7 +211,7 @@ class UserTurns:
         if self._config().input_transcription is not None and detector.pause_ms is None:
             self._transcription.partials.grew(self._turn_heard, self._turn_ms())
         if detector.in_speech:
-            self.held.grew(self.input.now_ms() - (detector.pause_ms or 0))
+            self.held.grew(self._input.now_ms() - (detector.pause_ms or 0))
         await self._advance_held()
         full = len(self.buffer) > self.buffer.ms_to_pos(self._limits.max_buffer_ms)
         if self.held.ended and full:
@@ -228,7 +228,7 @@ class UserTurns:
             self.buffer.discard_before(self.buffer.end - self.buffer.ms_to_pos(keep_ms + 500))
         elif len(self.buffer) > self.buffer.ms_to_pos(self._limits.max_buffer_ms):
             # A turn longer than the buffer holds (noise the VAD calls speech): end it.
-            stop = detector.force_stop(self.input.now_ms())
+            stop = detector.force_stop(self._input.now_ms())
             if stop is not None:
                 await self._on_turn_event(stop, received_at)
 
@@ -303,7 +303,7 @@ class UserTurns:
 
     def _assistant_audible(self) -> bool:
         """A response is streaming, or its audio may still be playing at the client."""
-        return self._responder.active is not None or self._playback.audible(self.input.now_ms())
+        return self._responder.active is not None or self._playback.audible(self._input.now_ms())
 
     def _interruption(self) -> InterruptionParams | None:
         """Qualified interruption's settings: the session's; with it off but the echo
@@ -313,7 +313,7 @@ class UserTurns:
         if params is None:
             return None
         off = params.interruption is None or not params.interruption.enabled
-        if off and self.input.guards_echo:
+        if off and self._input.guards_echo:
             return InterruptionParams()
         return params.interruption
 
@@ -325,7 +325,7 @@ class UserTurns:
             return
         detection = self._config().turn_detection
         padding_ms = detection.prefix_padding_ms if detection else 0
-        decision = self.held.step(params, self.input, padding_ms, final=final)
+        decision = self.held.step(params, self._input, padding_ms, final=final)
         if isinstance(decision, Interrupt):
             if decision.moved:
                 self._speech = (decision.item_id, decision.start)
@@ -363,7 +363,7 @@ class UserTurns:
         audible = (
             answer is not None
             and self._playback.answer == answer
-            and self._playback.audible(self.input.now_ms())
+            and self._playback.audible(self._input.now_ms())
         )
         return protects(None if active is None else active.request.interruptible, audible)
 
@@ -427,7 +427,7 @@ class UserTurns:
         """The turn in progress so far, in ms of audio (0: none)."""
         if self._speech is None:
             return 0
-        return self.input.now_ms() - self.buffer.pos_to_ms(self._speech[1])
+        return self._input.now_ms() - self.buffer.pos_to_ms(self._speech[1])
 
     def _answer_early(self) -> None:
         """Begin the answer the commit would ask for, if it would ask for one at once
@@ -448,7 +448,7 @@ class UserTurns:
         params = self._config().turn_detection
         if params is None or params.idle_timeout_ms is None or self._responder.active is not None:
             return
-        now_ms = self.input.now_ms()
+        now_ms = self._input.now_ms()
         since = self._playback.idle_since(now_ms, params.idle_timeout_ms)
         if since is None:
             return
@@ -466,7 +466,7 @@ class UserTurns:
     # --- commits -----------------------------------------------------------------------
 
     def commit(self, event: protocol.InputAudioBufferCommit) -> None:
-        have_ms = self.input.held_ms()
+        have_ms = self._input.held_ms()
         if have_ms < self._limits.min_commit_ms:
             raise protocol.ProtocolError(
                 "input_audio_buffer_commit_empty",
@@ -478,7 +478,7 @@ class UserTurns:
         self._speech = None
         self._reset_turn_detection()
         # What the resampler (and the noise suppressor) still hold belongs to this turn too.
-        self.input.flush()
+        self._input.flush()
         self._commit(item_id, self.buffer.start, self.buffer.end)
 
     def _commit(self, item_id: str, begin: int, end: int) -> None:
@@ -511,7 +511,7 @@ class UserTurns:
         self._history.enforce()
 
     def clear(self) -> None:
-        self.input.clear()
+        self._input.clear()
         self._speech = None
         self._reset_turn_detection()
         self._emit.control(InputAudioBufferClearedEvent)
@@ -519,4 +519,4 @@ class UserTurns:
     def _reset_turn_detection(self) -> None:
         self.held.reset()
         self.postponed.reset()
-        self.detection.reset(self.input.now_ms())
+        self.detection.reset(self._input.now_ms())
