@@ -48,6 +48,11 @@ def vllm_server(
         "--host", "127.0.0.1", "--port", str(port),
         "--gpu-memory-utilization", str(GPU_MEMORY_UTILIZATION),
         "--max-model-len", str(max_model_len),
+        # No torch.compile: inductor builds C++ kernels with gcc, at start and again
+        # for shapes it has not seen (a second request in flight), in bursts that take
+        # every core of a small runner for tens of seconds and starve the test's own
+        # process (its WebSocket keepalive timed out). Tiny models need no kernels.
+        "--enforce-eager",
         *options,
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
