@@ -18,7 +18,8 @@ resumed:   a connection that presents the token and the same key within the wind
 expired:   at the window's end the session is closed as if its client had left; no
            model work outlives it
 
-One writer for the outbox at a time: the attached connection's or the pump. What
+One taker of the outbox at a time: the attached connection's writer, the pump, or
+nobody from a claim to its attach (so a claimant's handshake loses nothing). What
 each outbox event becomes is the transport's (`Take`): over the WebSocket its text,
 journaled and sent; on a WebRTC call (server/resumable_call.py) audio goes to the
 call's playout instead and every other event also to its sidebands, attached or not.
