@@ -13,13 +13,14 @@ import json
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from websockets.exceptions import InvalidStatus
 
 from bench.soak.audio import CHUNK_MS, Audio, Utterance
 from bench.soak.tally import Tally
-from bench.soak.wire import Conn
+from bench.soak.wire import Conn, ResponseSeen
 
 ANSWER_TIMEOUT_S = 15.0  # for a response to a turn, end to end
 ACK_TIMEOUT_S = 5.0  # for an acknowledgement (session.updated, error, ...)
@@ -67,6 +68,16 @@ SERVER_VAD: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class Comeback:
+    """A dropped resumable session to take back: its token, the last event read, and
+    the responses seen on it."""
+
+    token: str
+    last_event_id: str | None
+    responses: dict[str, ResponseSeen]
+
+
 class Dropped(Exception):
     """The connection is gone (ours or the server's doing): reconnect."""
 
@@ -97,7 +108,7 @@ class Actor:
         # Parley's resume extension: this user's sessions are resumable, and the
         # token and last event to take the dropped one back with
         self.resumable = index % RESUMABLE_EVERY == 0
-        self.comeback: tuple[str, str | None] | None = None
+        self.comeback: Comeback | None = None
         self.actions: dict[str, Callable[[Conn], Awaitable[None]]] = {
             "speech": self.speech,
             "barge_in": self.barge_in,
@@ -116,10 +127,10 @@ class Actor:
     async def connect(self) -> Conn:
         """A new session, or the dropped one taken back (a refusal counted, then a
         new one)."""
-        if self.comeback is not None:
-            (token, last_event_id), self.comeback = self.comeback, None
-            query = f"resume_token={token}" + (
-                f"&last_event_id={last_event_id}" if last_event_id else ""
+        if (back := self.comeback) is not None:
+            self.comeback = None
+            query = f"resume_token={back.token}" + (
+                f"&last_event_id={back.last_event_id}" if back.last_event_id else ""
             )
             try:
                 conn = await Conn.open(with_query(self.url, query), self.tally, self.api_key)
@@ -128,6 +139,8 @@ class Actor:
                 self.tally.resumes[str(json.loads(body).get("error", {}).get("code"))] += 1
             else:
                 self.tally.resumes["resumed"] += 1
+                # The same session: a response created before the drop may still run.
+                conn.responses = back.responses
                 return conn
         url = with_query(self.url, "resume=true") if self.resumable else self.url
         return await Conn.open(url, self.tally, self.api_key)
@@ -387,7 +400,7 @@ class Actor:
         await conn.abort()
         if self.resumable and conn.resume_token is not None:
             if self.rng.random() < RESUME_SHARE:
-                self.comeback = (conn.resume_token, conn.last_event_id)
+                self.comeback = Comeback(conn.resume_token, conn.last_event_id, conn.responses)
                 await asyncio.sleep(self.rng.uniform(*RESUME_AFTER_S))
             else:
                 self.tally.resumes["abandoned"] += 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from bench.soak.actor import Actor
+from bench.soak.actor import Actor, Comeback
 from bench.soak.audio import Audio
 from bench.soak.tally import Tally
 from bench.soak.wire import Conn
@@ -25,14 +25,15 @@ async def test_a_resumable_user_takes_its_dropped_session_back(serve: ServerFact
     assert token is not None and last is not None
     await first.abort()
 
-    actor.comeback = (token, last)
+    actor.comeback = Comeback(token, last, first.responses)
     back = await actor.connect()
     assert tally.resumes == {"resumed": 1}
+    assert back.responses is first.responses  # what ran on the session is still known
     assert await back.until(lambda: back.resume_token not in (None, token), 10)
     assert back.count("session.created") == 0  # the same session, nothing replayed twice
     await back.close()
 
-    actor.comeback = (token, last)  # spent: refused, and a new session instead
+    actor.comeback = Comeback(token, last, {})  # spent: refused, and a new session instead
     fresh: Conn = await actor.connect()
     assert tally.resumes == {"resumed": 1, "resume_token_invalid": 1}
     assert await fresh.until(lambda: fresh.count("session.created") == 1, 10)
