@@ -29,6 +29,10 @@ async def running_app(ex: Executor, settings: Settings) -> AsyncIterator[str]:
     sock = bound_socket()
     port = sock.getsockname()[1]
     options = {**uvicorn_options(settings), "host": "127.0.0.1", "port": port, "log_config": None}
+    # No keepalive pings: the barge-in scenes load a small runner's every core with
+    # vLLM's token stream, and a ping unanswered for 20 s closes the session (1011)
+    # in the middle of a test that is otherwise on time.
+    options["ws_ping_interval"] = None
     config = uvicorn.Config(create_app(settings, executor=ex), **options)
     async with serving(config, sock, name="parley on vllm", start_timeout_s=120, stop_timeout_s=30):
         yield f"ws://127.0.0.1:{port}/v1/realtime"
@@ -76,7 +80,7 @@ class Client:
 
 @contextlib.asynccontextmanager
 async def connected(url: str) -> AsyncIterator[Client]:
-    async with websockets.connect(url, max_size=None) as ws:
+    async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
         client = Client(ws)
         try:
             yield client
