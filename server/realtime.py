@@ -51,7 +51,14 @@ from server.resume import (
     resume_refusal,
     unchanged,
 )
-from server.sessions import SHUTDOWN_REASON, WIND_DOWN_S, Seat, SessionHub, submit_text
+from server.sessions import (
+    SHUTDOWN_REASON,
+    WIND_DOWN_S,
+    Seat,
+    Served,
+    SessionHub,
+    submit_text,
+)
 from server.ws_protocol import abort_connection
 
 log = logging.getLogger(__name__)
@@ -100,6 +107,21 @@ def ending_of(
     if runner in done:  # the session ended itself: only drain() or end() do that
         return Ending(CLOSE_GOING_AWAY, SHUTDOWN_REASON)
     return Ending()
+
+
+async def closing(served: Served) -> Ending:
+    """How a served session's connection closes (`ending_of`), its failures logged;
+    when the session ended itself, once its last events are sent (the writer ends
+    then, or the write deadline aborts it)."""
+    ending = ending_of(served.runner, served.writer, served.done)
+    if ending.code == CLOSE_INTERNAL:
+        for name, error in served.failures():
+            log.error("%s failed", name, exc_info=error)
+    if ending.code == CLOSE_GOING_AWAY:
+        await served.last_events()
+        if served.writer.done() and isinstance(served.writer.exception(), WriteTimeout):
+            ending = Ending(abort=True)
+    return ending
 
 
 class RealtimeEndpoint:
@@ -269,48 +291,23 @@ class RealtimeEndpoint:
                 if writer.result():  # the outbox closed: the session is ending
                     await asyncio.wait({link.runner}, timeout=WIND_DOWN_S)
                     done = {t for t in (link.runner, writer, reader) if t.done()}
-            if link.runner.done():
-                return await self._session_ended(link, attachment, reader, done)
+            served = Served(link.runner, writer, reader, done)
+            if link.runner.done():  # it ended itself: closed as `_run` closes one
+                ending = await closing(served)
+                await link.finish()
+                return ending
             if reader in done and not reader.cancelled() and reader.result() == CLOSE_NORMAL:
                 link.finish()  # the client ended it
                 return Ending(CLOSE_NORMAL)
-            return self._dropped(link, attachment, reader, done)
+            return self._dropped(link, attachment, served)
         finally:
             cut.cancel()
             reader.cancel()
 
-    async def _session_ended(
-        self,
-        link: Resumable,
-        attachment: Attachment,
-        reader: asyncio.Task[int],
-        done: set[asyncio.Task[Any]],
-    ) -> Ending:
-        """The session ended itself (the drain, a failure, a client not reading):
-        its connection closes as `_run` closes one."""
-        writer = attachment.writer
-        ending = ending_of(link.runner, writer, done)
-        if ending.code == CLOSE_INTERNAL:
-            for task in done:
-                if not task.cancelled() and (error := task.exception()) is not None:
-                    log.error("%s failed", task.get_name(), exc_info=error)
-        if ending.code == CLOSE_GOING_AWAY and not writer.done():
-            await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
-            if writer.done() and isinstance(writer.exception(), WriteTimeout):
-                ending = Ending(abort=True)
-        await link.finish()
-        return ending
-
-    def _dropped(
-        self,
-        link: Resumable,
-        attachment: Attachment,
-        reader: asyncio.Task[int],
-        done: set[asyncio.Task[Any]],
-    ) -> Ending:
+    def _dropped(self, link: Resumable, attachment: Attachment, served: Served) -> Ending:
         """The connection dropped, or stopped reading: the session waits for its
         client to come back (or ends, if the server is draining)."""
-        writer = attachment.writer
+        writer, reader, done = served.writer, served.reader, served.done
         failed = writer in done and not writer.cancelled() and writer.exception() is not None
         if failed and not isinstance(writer.exception(), WriteTimeout):
             log.warning("writer failed; detaching", exc_info=writer.exception())
@@ -386,17 +383,8 @@ class RealtimeEndpoint:
         """Serve the session until it, the reader or the writer ends; how to close."""
         write, read = self._write(ws, session, beta), self._read(ws, session)
         async with self.hub.serving(session, write, read, label=session.session_id) as served:
-            writer, reader = served.writer, served.reader
-            ending = ending_of(served.runner, writer, served.done)
-            if ending.code == CLOSE_INTERNAL:
-                for name, error in served.failures():
-                    log.error("%s failed", name, exc_info=error)
-            if ending.code == CLOSE_GOING_AWAY:
-                # The writer ends once the session's last events are sent (or the
-                # write deadline aborts it).
-                await served.last_events()
-                if writer.done() and isinstance(writer.exception(), WriteTimeout):
-                    ending = Ending(abort=True)
+            ending = await closing(served)
+            reader = served.reader
             if ending == Ending() and reader in served.done and not reader.cancelled():
                 # The client closed first: its code, for the observer (no frame is sent).
                 ending = Ending(reader.result())

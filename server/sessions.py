@@ -94,7 +94,7 @@ class Served:
     """A session being served: its tasks, and those that ended first (`done`)."""
 
     runner: asyncio.Task[None]  # the session's own task
-    writer: asyncio.Task[None]
+    writer: asyncio.Task[Any]
     reader: asyncio.Task[Any]
     done: set[asyncio.Task[Any]]
 
