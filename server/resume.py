@@ -145,7 +145,8 @@ class Resumable:
 
     @property
     def detached(self) -> bool:
-        return self.attachment is None and self._finishing is None
+        """Between a drop and its end (resumed, expired, closed)."""
+        return self._detached
 
     @property
     def ending(self) -> bool:
